@@ -1,0 +1,5 @@
+//! Command-line entry points. The binary only parses arguments, sets up
+//! logging and adds context to errors; the work happens in these functions.
+
+pub mod settings;
+pub mod tail;

@@ -1,0 +1,27 @@
+//! From the configuration file to the settings each component takes, so the
+//! components do not depend on the file format.
+
+use crate::config::{Config, ConfigError};
+use crate::source::replication::ConnParams;
+use crate::source::session::SourceSettings;
+
+pub fn source_settings(cfg: &Config) -> Result<SourceSettings, ConfigError> {
+    let mut conn = ConnParams::from_url(&cfg.postgres.url)
+        .map_err(|e| ConfigError::invalid("postgres.url", e.to_string()))?;
+    if let Some(pw) = cfg.postgres.resolve_password()? {
+        conn.password = Some(pw);
+    }
+    if conn.connect_timeout.is_none() {
+        conn.connect_timeout = Some(cfg.postgres.connect_timeout);
+    }
+    Ok(SourceSettings {
+        conn,
+        slot: cfg.postgres.slot.clone(),
+        publication: cfg.postgres.publication.clone(),
+        table_schema: cfg.outbox.table_schema().to_string(),
+        table_name: cfg.outbox.table_name().to_string(),
+        create_slot: cfg.postgres.create_slot,
+        create_publication: cfg.postgres.create_publication,
+        message_prefix: cfg.outbox.message_prefix().map(str::to_string),
+    })
+}

@@ -1,0 +1,126 @@
+//! `outboxd tail`: print decoded outbox events as JSON lines, like
+//! pg_recvlogical but decoded. Confirms what it printed (whole transactions
+//! only) unless told not to.
+
+use std::io::Write;
+
+use serde_json::{json, Map, Value};
+
+use crate::outbox::{ColumnValue, EventKind, OutboxEvent};
+use crate::source::session::{Received, SourceError, SourceSession, SourceSettings};
+use crate::source::transactions::SourceItem;
+use crate::Lsn;
+
+#[derive(Debug, Clone, Default)]
+pub struct TailOptions {
+    /// Peek: never move the slot.
+    pub no_confirm: bool,
+    /// Stop after this many events (rounded up to whole transactions for
+    /// confirmation: a cut transaction is printed in part, confirmed never).
+    pub limit: Option<u64>,
+    /// Status update interval.
+    pub status_interval: std::time::Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TailError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("writing output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// Runs until `limit` events were printed, or `stop` resolves (Ctrl-C).
+pub async fn run(
+    settings: &SourceSettings,
+    opts: &TailOptions,
+    out: &mut (dyn Write + Send),
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<u64, TailError> {
+    let mut session = SourceSession::open(settings).await?;
+    let mut confirmed = session.start_lsn;
+    let mut items = Vec::new();
+    let mut pending: Vec<OutboxEvent> = Vec::new();
+    let mut printed: u64 = 0;
+    let limit = opts.limit.unwrap_or(u64::MAX);
+    tokio::pin!(stop);
+    let table = format!("{}.{}", settings.table_schema, settings.table_name);
+
+    while printed < limit {
+        let deadline = tokio::time::Instant::from_std(session.stream().next_status_deadline(opts.status_interval));
+        let received = tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            r = session.next(&mut items) => r?,
+            _ = tokio::time::sleep_until(deadline) => {
+                session.stream().send_status(confirmed, false).await.map_err(SourceError::from)?;
+                continue;
+            }
+        };
+        for item in items.drain(..) {
+            match item {
+                SourceItem::Event(e) => pending.push(e),
+                SourceItem::Checkpoint { lsn, .. } => {
+                    let room = usize::try_from(limit - printed).unwrap_or(usize::MAX);
+                    let whole = pending.len() <= room;
+                    for e in pending.drain(..).take(room) {
+                        writeln!(out, "{}", render(&e, lsn, &table))?;
+                        printed += 1;
+                    }
+                    out.flush()?;
+                    // A transaction cut short by the limit is not confirmed,
+                    // so a later tail prints it again in full.
+                    if whole && !opts.no_confirm {
+                        confirmed = confirmed.max(lsn);
+                    }
+                }
+            }
+        }
+        let mut reply_now = false;
+        if let Received::Keepalive { wal_end, reply_requested } = received {
+            if !opts.no_confirm && !session.in_transaction() && pending.is_empty() {
+                confirmed = confirmed.max(wal_end);
+            }
+            reply_now = reply_requested;
+        }
+        if reply_now || session.stream().status_due(confirmed, opts.status_interval) {
+            session.stream().send_status(confirmed, false).await.map_err(SourceError::from)?;
+        }
+    }
+    session.finish(confirmed).await?;
+    Ok(printed)
+}
+
+/// One JSON line. `lsn` is the commit's end LSN.
+pub fn render(e: &OutboxEvent, lsn: Lsn, table: &str) -> Value {
+    let mut obj = Map::new();
+    obj.insert("lsn".into(), json!(lsn.to_string()));
+    obj.insert("xid".into(), json!(e.xid));
+    obj.insert("commit_time_us".into(), json!(e.commit_time_us));
+    match &e.kind {
+        EventKind::Row(row) => {
+            obj.insert("table".into(), json!(table));
+            let mut cols = Map::new();
+            for (info, value) in row.table.columns.iter().zip(&row.values) {
+                let v = match value {
+                    ColumnValue::Null => Value::Null,
+                    ColumnValue::Text(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
+                    ColumnValue::UnchangedToast => json!({"unchanged_toast": true}),
+                };
+                cols.insert(info.name.clone(), v);
+            }
+            obj.insert("row".into(), Value::Object(cols));
+        }
+        EventKind::Message { transactional, prefix, content } => {
+            let content = match std::str::from_utf8(content) {
+                Ok(s) => json!(s),
+                Err(_) => json!({ "hex": content.iter().map(|b| format!("{b:02x}")).collect::<String>() }),
+            };
+            obj.insert(
+                "message".into(),
+                json!({"prefix": prefix, "content": content, "transactional": transactional}),
+            );
+        }
+    }
+    Value::Object(obj)
+}

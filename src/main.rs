@@ -1,0 +1,89 @@
+//! The `outboxd` binary.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use outboxd::cli::{settings, tail};
+use outboxd::config::{Config, LogFormat};
+
+#[derive(Parser)]
+#[command(name = "outboxd", version, about = "Relays transactional-outbox events from PostgreSQL to Kafka")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print decoded outbox events from the replication slot as JSON lines.
+    Tail {
+        /// Configuration file (TOML).
+        #[arg(long, short, env = "OUTBOXD_CONFIG")]
+        config: PathBuf,
+        /// Peek without moving the slot's confirmed position.
+        #[arg(long)]
+        no_confirm: bool,
+        /// Stop after printing this many events.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+}
+
+fn init_logging(format: LogFormat, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OUTBOXD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn load(path: &PathBuf) -> anyhow::Result<Config> {
+    let cfg = Config::from_file(path).with_context(|| format!("invalid configuration {}", path.display()))?;
+    init_logging(cfg.log.format, &cfg.log.level);
+    Ok(cfg)
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Tail { config, no_confirm, limit } => {
+            let cfg = load(&config)?;
+            let source = settings::source_settings(&cfg)?;
+            let opts = tail::TailOptions { no_confirm, limit, status_interval: cfg.postgres.status_interval };
+            let mut stdout = std::io::stdout();
+            tail::run(&source, &opts, &mut stdout, shutdown_signal())
+                .await
+                .with_context(|| format!("tail of slot {:?} failed", cfg.postgres.slot))?;
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("outboxd: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("outboxd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Why the database is not ready for outboxd, each with the fix.
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("cannot connect to PostgreSQL at {server}: {source}")]
+    Connect {
+        server: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] crate::source::replication::tls::TlsConfigError),
+    #[error("{context}: {source}")]
+    Sql {
+        context: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    #[error("PostgreSQL {version} is too old: outboxd needs PostgreSQL 14 or newer")]
+    ServerTooOld { version: String },
+    #[error(
+        "wal_level is '{actual}', logical decoding needs 'logical': set wal_level = logical in postgresql.conf \
+         (ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL"
+    )]
+    WalLevel { actual: String },
+    #[error(
+        "role {user:?} lacks the REPLICATION attribute needed to stream the WAL: \
+         run ALTER ROLE \"{user}\" REPLICATION as a superuser"
+    )]
+    NoReplicationPrivilege { user: String },
+    #[error(
+        "all max_replication_slots = {max} replication slots are in use, so slot {slot:?} cannot be created: \
+         raise max_replication_slots (needs a restart) or drop an unused slot with pg_drop_replication_slot"
+    )]
+    NoFreeSlots { slot: String, max: i64 },
+    #[error(
+        "all max_wal_senders = {max} WAL senders are busy ({used} connected): \
+         raise max_wal_senders (needs a restart) or stop an idle replication client"
+    )]
+    NoFreeWalSenders { max: i64, used: i64 },
+    #[error(
+        "replication slot {slot:?} does not exist and postgres.create_slot = false: set create_slot = true, \
+         or create it with SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')"
+    )]
+    SlotMissing { slot: String },
+    #[error("replication slot {slot:?} is a physical slot; outboxd needs a logical pgoutput slot: use another postgres.slot")]
+    SlotNotLogical { slot: String },
+    #[error(
+        "replication slot {slot:?} uses output plugin {plugin:?}, not pgoutput: use another postgres.slot, \
+         or drop this slot if nothing else needs it"
+    )]
+    SlotWrongPlugin { slot: String, plugin: String },
+    #[error("replication slot {slot:?} belongs to database {database:?}, not {expected:?}: use another postgres.slot")]
+    SlotWrongDatabase { slot: String, database: String, expected: String },
+    #[error(
+        "replication slot {slot:?} is active for PID {pid}: another outboxd or replication client is streaming it; \
+         stop that process (SELECT pg_terminate_backend({pid})) or give this instance its own postgres.slot"
+    )]
+    SlotActive { slot: String, pid: i32 },
+    #[error(
+        "replication slot {slot:?} is invalidated (wal_status = 'lost'): WAL it still needed was removed, \
+         so events committed meanwhile cannot be streamed. Drop the slot (SELECT pg_drop_replication_slot('{slot}')), \
+         let outboxd create a new one, and reconcile the outbox rows written since the last confirmed position"
+    )]
+    SlotLost { slot: String },
+    #[error("table {table} does not exist: create it (see migrations/) or fix outbox.table")]
+    TableMissing { table: String },
+    #[error(
+        "publication {publication:?} does not exist and postgres.create_publication = false: set create_publication = true, \
+         or run CREATE PUBLICATION \"{publication}\" FOR TABLE {table} WITH (publish = 'insert')"
+    )]
+    PublicationMissing { publication: String, table: String },
+    #[error(
+        "publication {publication:?} does not include {table}: run ALTER PUBLICATION \"{publication}\" ADD TABLE {table}"
+    )]
+    PublicationMissingTable { publication: String, table: String },
+    #[error(
+        "publication {publication:?} does not publish inserts: run ALTER PUBLICATION \"{publication}\" SET (publish = 'insert')"
+    )]
+    PublicationNoInserts { publication: String },
+}

@@ -1,0 +1,273 @@
+//! Slot and publication administration, and the preflight checks that turn
+//! "it doesn't stream" into an error naming the fix. Runs on the ordinary SQL
+//! connection: some managed services reject SQL on the walsender.
+
+mod error;
+mod sql;
+
+use std::time::Duration;
+
+use tokio_postgres::Client;
+
+pub use error::AdminError;
+pub use sql::connect_sql;
+
+use crate::Lsn;
+
+/// What outboxd needs to know about its database objects.
+#[derive(Debug, Clone)]
+pub struct Target<'a> {
+    pub slot: &'a str,
+    pub publication: &'a str,
+    pub table_schema: &'a str,
+    pub table_name: &'a str,
+    pub create_slot: bool,
+    pub create_publication: bool,
+}
+
+impl Target<'_> {
+    fn qualified_table(&self) -> String {
+        format!("{}.{}", quote_ident(self.table_schema), quote_ident(self.table_name))
+    }
+}
+
+/// Oldest server whose pgoutput and slot views outboxd relies on.
+pub const MIN_SERVER_VERSION_NUM: i32 = 140000;
+
+fn sql_err(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> AdminError {
+    move |source| AdminError::Sql { context, source }
+}
+
+pub fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// Server version, wal_level and the role's REPLICATION attribute.
+pub async fn preflight(client: &Client) -> Result<(), AdminError> {
+    let row = client
+        .query_one(
+            "SELECT current_setting('server_version_num')::int, current_setting('server_version'), \
+                    current_setting('wal_level'), r.rolreplication OR r.rolsuper, current_user::text \
+             FROM pg_roles r WHERE r.rolname = current_user",
+            &[],
+        )
+        .await
+        .map_err(sql_err("reading server settings"))?;
+    let (version_num, version): (i32, String) = (row.get(0), row.get(1));
+    if version_num < MIN_SERVER_VERSION_NUM {
+        return Err(AdminError::ServerTooOld { version });
+    }
+    let wal_level: String = row.get(2);
+    if wal_level != "logical" {
+        return Err(AdminError::WalLevel { actual: wal_level });
+    }
+    if !row.get::<_, bool>(3) {
+        return Err(AdminError::NoReplicationPrivilege { user: row.get(4) });
+    }
+    let row = client
+        .query_one(
+            "SELECT current_setting('max_wal_senders')::bigint, \
+                    (SELECT count(*) FROM pg_stat_replication)",
+            &[],
+        )
+        .await
+        .map_err(sql_err("counting WAL senders"))?;
+    let (max, used): (i64, i64) = (row.get(0), row.get(1));
+    if used >= max {
+        return Err(AdminError::NoFreeWalSenders { max, used });
+    }
+    Ok(())
+}
+
+/// Creates or verifies the publication.
+pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), AdminError> {
+    let table = t.qualified_table();
+    let exists = client
+        .query_opt("SELECT to_regclass($1)::text", &[&table])
+        .await
+        .map_err(sql_err("looking up the outbox table"))?
+        .and_then(|r| r.get::<_, Option<String>>(0));
+    if exists.is_none() {
+        return Err(AdminError::TableMissing { table });
+    }
+    let publication = client
+        .query_opt("SELECT pubinsert FROM pg_publication WHERE pubname = $1", &[&t.publication])
+        .await
+        .map_err(sql_err("looking up the publication"))?;
+    let Some(publication) = publication else {
+        if !t.create_publication {
+            return Err(AdminError::PublicationMissing { publication: t.publication.into(), table });
+        }
+        let sql = format!(
+            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
+            quote_ident(t.publication),
+            table
+        );
+        match client.batch_execute(&sql).await {
+            Ok(()) => tracing::info!(publication = t.publication, %table, "created publication"),
+            // Another instance created it between our check and now.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
+            Err(e) => return Err(AdminError::Sql { context: "creating the publication", source: e }),
+        }
+        return Ok(());
+    };
+    if !publication.get::<_, bool>(0) {
+        return Err(AdminError::PublicationNoInserts { publication: t.publication.into() });
+    }
+    let covered = client
+        .query_opt(
+            "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+            &[&t.publication, &t.table_schema, &t.table_name],
+        )
+        .await
+        .map_err(sql_err("checking the publication's tables"))?;
+    if covered.is_none() {
+        return Err(AdminError::PublicationMissingTable { publication: t.publication.into(), table });
+    }
+    Ok(())
+}
+
+/// A slot as `pg_replication_slots` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotInfo {
+    pub plugin: Option<String>,
+    pub slot_type: String,
+    pub database: Option<String>,
+    pub active_pid: Option<i32>,
+    pub wal_status: Option<String>,
+    pub confirmed_flush_lsn: Option<Lsn>,
+    pub restart_lsn: Option<Lsn>,
+}
+
+pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, AdminError> {
+    let row = client
+        .query_opt(
+            "SELECT plugin::text, slot_type, database::text, active_pid, wal_status, \
+                    confirmed_flush_lsn::text, restart_lsn::text \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(sql_err("looking up the replication slot"))?;
+    Ok(row.map(|r| SlotInfo {
+        plugin: r.get(0),
+        slot_type: r.get(1),
+        database: r.get(2),
+        active_pid: r.get(3),
+        wal_status: r.get(4),
+        confirmed_flush_lsn: r.get::<_, Option<String>>(5).and_then(|s| s.parse().ok()),
+        restart_lsn: r.get::<_, Option<String>>(6).and_then(|s| s.parse().ok()),
+    }))
+}
+
+/// Creates the slot if allowed and missing; verifies it is usable by us.
+pub async fn ensure_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, AdminError> {
+    let database: String = client
+        .query_one("SELECT current_database()::text", &[])
+        .await
+        .map_err(sql_err("reading the database name"))?
+        .get(0);
+    if let Some(info) = slot_info(client, t.slot).await? {
+        check_slot(t.slot, &database, &info)?;
+        return Ok(info);
+    }
+    if !t.create_slot {
+        return Err(AdminError::SlotMissing { slot: t.slot.into() });
+    }
+    let row = client
+        .query_one(
+            "SELECT current_setting('max_replication_slots')::bigint, (SELECT count(*) FROM pg_replication_slots)",
+            &[],
+        )
+        .await
+        .map_err(sql_err("counting replication slots"))?;
+    let (max, used): (i64, i64) = (row.get(0), row.get(1));
+    if used >= max {
+        return Err(AdminError::NoFreeSlots { slot: t.slot.into(), max });
+    }
+    match client.query_one("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[&t.slot]).await {
+        Ok(_) => tracing::info!(slot = t.slot, "created replication slot"),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::CONFIGURATION_LIMIT_EXCEEDED) => {
+            return Err(AdminError::NoFreeSlots { slot: t.slot.into(), max })
+        }
+        Err(e) => return Err(AdminError::Sql { context: "creating the replication slot", source: e }),
+    }
+    let info = slot_info(client, t.slot).await?.ok_or_else(|| AdminError::SlotMissing { slot: t.slot.into() })?;
+    check_slot(t.slot, &database, &info)?;
+    Ok(info)
+}
+
+/// The slot rules, pure so every refusal is unit-tested.
+pub fn check_slot(slot: &str, database: &str, info: &SlotInfo) -> Result<(), AdminError> {
+    if info.slot_type != "logical" {
+        return Err(AdminError::SlotNotLogical { slot: slot.into() });
+    }
+    if let Some(plugin) = info.plugin.as_deref().filter(|p| *p != "pgoutput") {
+        return Err(AdminError::SlotWrongPlugin { slot: slot.into(), plugin: plugin.into() });
+    }
+    if let Some(db) = info.database.as_deref().filter(|d| *d != database) {
+        return Err(AdminError::SlotWrongDatabase { slot: slot.into(), database: db.into(), expected: database.into() });
+    }
+    if info.wal_status.as_deref() == Some("lost") {
+        return Err(AdminError::SlotLost { slot: slot.into() });
+    }
+    if let Some(pid) = info.active_pid {
+        return Err(AdminError::SlotActive { slot: slot.into(), pid });
+    }
+    Ok(())
+}
+
+/// The server's `wal_sender_timeout` (0 = disabled). Status updates must be
+/// sent well within it.
+pub async fn wal_sender_timeout(client: &Client) -> Result<Duration, AdminError> {
+    let ms: i64 = client
+        .query_one("SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'", &[])
+        .await
+        .map_err(sql_err("reading wal_sender_timeout"))?
+        .get(0);
+    Ok(Duration::from_millis(ms.max(0) as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn healthy() -> SlotInfo {
+        SlotInfo {
+            plugin: Some("pgoutput".into()),
+            slot_type: "logical".into(),
+            database: Some("app".into()),
+            active_pid: None,
+            wal_status: Some("reserved".into()),
+            confirmed_flush_lsn: Some(Lsn(1)),
+            restart_lsn: Some(Lsn(1)),
+        }
+    }
+
+    #[test]
+    fn accepts_a_healthy_slot() {
+        check_slot("s", "app", &healthy()).unwrap();
+    }
+
+    #[test]
+    fn refuses_each_unusable_slot_with_the_fix() {
+        let cases: Vec<(SlotInfo, &str)> = vec![
+            (SlotInfo { slot_type: "physical".into(), plugin: None, ..healthy() }, "physical"),
+            (SlotInfo { plugin: Some("wal2json".into()), ..healthy() }, "wal2json"),
+            (SlotInfo { database: Some("other".into()), ..healthy() }, "belongs to database \"other\""),
+            (SlotInfo { wal_status: Some("lost".into()), ..healthy() }, "wal_status = 'lost'"),
+            (SlotInfo { active_pid: Some(4242), ..healthy() }, "active for PID 4242"),
+        ];
+        for (info, needle) in cases {
+            let msg = check_slot("s", "app", &info).unwrap_err().to_string();
+            assert!(msg.contains(needle), "{msg}");
+            assert!(msg.contains("\"s\""), "names the slot: {msg}");
+        }
+    }
+
+    #[test]
+    fn quotes_identifiers() {
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+    }
+}

@@ -1,0 +1,8 @@
+//! The PostgreSQL side: the walsender connection, pgoutput decoding, and
+//! slot/publication administration on an ordinary SQL connection.
+
+pub mod admin;
+pub mod pgoutput;
+pub mod replication;
+pub mod session;
+pub mod transactions;

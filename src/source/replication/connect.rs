@@ -1,0 +1,193 @@
+//! Startup and authentication of a `replication=database` connection:
+//! TCP, optional TLS (SSLRequest), StartupMessage, then trust, cleartext, MD5
+//! or SCRAM-SHA-256, until ReadyForQuery.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use postgres_protocol::authentication::md5_hash;
+use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
+use postgres_protocol::message::backend::Message;
+use postgres_protocol::message::frontend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::conn_params::{ConnParams, SslMode};
+use super::error::{ReplicationError, ServerError};
+use super::framed::{Frame, FramedConnection, Socket};
+use super::tls;
+
+/// An authenticated walsender connection, ready for replication commands.
+pub struct WalConnection {
+    pub(crate) framed: FramedConnection,
+    /// ParameterStatus values reported at startup (`server_version`, ...).
+    pub server_params: HashMap<String, String>,
+}
+
+/// Connects and authenticates. `password` overrides the URL's password
+/// (the config may take it from an environment variable or a file).
+pub async fn connect(params: &ConnParams) -> Result<WalConnection, ReplicationError> {
+    let server = params.describe();
+    let fut = connect_inner(params, server.clone());
+    match params.connect_timeout {
+        Some(t) => tokio::time::timeout(t, fut)
+            .await
+            .map_err(|_| ReplicationError::ConnectTimeout { server, seconds: t.as_secs() })?,
+        None => fut.await,
+    }
+}
+
+async fn connect_inner(params: &ConnParams, server: String) -> Result<WalConnection, ReplicationError> {
+    let io_err = |source| ReplicationError::Io { server: server.clone(), source };
+    let tcp = TcpStream::connect((params.host.as_str(), params.port)).await.map_err(io_err)?;
+    tcp.set_nodelay(true).map_err(io_err)?;
+    let socket = negotiate_tls(tcp, params, &server).await?;
+    let mut framed = FramedConnection::new(socket, server);
+
+    let startup = [
+        ("user", params.user.as_str()),
+        ("database", params.dbname.as_str()),
+        ("replication", "database"),
+        ("application_name", params.application_name.as_str()),
+        ("client_encoding", "UTF8"),
+    ];
+    frontend::startup_message(startup.iter().copied(), &mut framed.write_buf)
+        .map_err(|e| framed.protocol_err(e.to_string()))?;
+    framed.flush().await?;
+    authenticate(&mut framed, params).await?;
+
+    let mut server_params = HashMap::new();
+    loop {
+        match framed.read_frame().await? {
+            Frame::Other(Message::ParameterStatus(body)) => {
+                let name = body.name().unwrap_or_default().to_string();
+                let value = body.value().unwrap_or_default().to_string();
+                server_params.insert(name, value);
+            }
+            Frame::Other(Message::BackendKeyData(_)) | Frame::Other(Message::NoticeResponse(_)) => {}
+            Frame::Other(Message::ReadyForQuery(_)) => break,
+            Frame::Other(Message::ErrorResponse(body)) => {
+                return Err(framed.server_err(ServerError::from_body(&body)));
+            }
+            _ => return Err(framed.protocol_err("unexpected message before ReadyForQuery")),
+        }
+    }
+    Ok(WalConnection { framed, server_params })
+}
+
+async fn negotiate_tls(
+    mut tcp: TcpStream,
+    params: &ConnParams,
+    server: &str,
+) -> Result<Box<dyn Socket>, ReplicationError> {
+    let Some(config) = tls::client_config(params)? else {
+        return Ok(Box::new(tcp));
+    };
+    let io_err = |source| ReplicationError::Io { server: server.to_string(), source };
+    let mut buf = bytes::BytesMut::new();
+    frontend::ssl_request(&mut buf);
+    tcp.write_all(&buf).await.map_err(io_err)?;
+    let answer = tcp.read_u8().await.map_err(io_err)?;
+    match answer {
+        b'S' => {}
+        b'N' if params.sslmode == SslMode::Prefer => return Ok(Box::new(tcp)),
+        b'N' => {
+            return Err(ReplicationError::Tls {
+                server: server.to_string(),
+                reason: format!(
+                    "the server does not accept TLS but postgres.url asks for sslmode={:?}; enable ssl on the server or lower sslmode",
+                    params.sslmode
+                ),
+            })
+        }
+        other => {
+            return Err(ReplicationError::Protocol {
+                server: server.to_string(),
+                reason: format!("unexpected answer {other:#x} to SSLRequest"),
+            })
+        }
+    }
+    let name = tls::server_name(&params.host)?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::clone(&config));
+    let stream = connector.connect(name, tcp).await.map_err(|e| ReplicationError::Tls {
+        server: server.to_string(),
+        reason: format!("{e} (sslmode={:?}, sslrootcert={:?})", params.sslmode, params.sslrootcert),
+    })?;
+    Ok(Box::new(stream))
+}
+
+async fn authenticate(framed: &mut FramedConnection, params: &ConnParams) -> Result<(), ReplicationError> {
+    let auth_err = |reason: String| ReplicationError::Auth {
+        user: params.user.clone(),
+        server: format!("{}:{}", params.host, params.port),
+        reason,
+    };
+    let password = || {
+        params.password.as_deref().ok_or_else(|| {
+            auth_err(
+                "the server requires a password and none is configured: put it in postgres.url, \
+                 or name it with postgres.password_env or postgres.password_file"
+                    .into(),
+            )
+        })
+    };
+    let mut scram: Option<ScramSha256> = None;
+    loop {
+        let msg = match framed.read_frame().await? {
+            Frame::Other(msg) => msg,
+            _ => return Err(framed.protocol_err("unexpected copy frame during authentication")),
+        };
+        match msg {
+            Message::AuthenticationOk => return Ok(()),
+            Message::AuthenticationCleartextPassword => {
+                frontend::password_message(password()?.as_bytes(), &mut framed.write_buf)
+                    .map_err(|e| framed.protocol_err(e.to_string()))?;
+            }
+            Message::AuthenticationMd5Password(body) => {
+                let hash = md5_hash(params.user.as_bytes(), password()?.as_bytes(), body.salt());
+                frontend::password_message(hash.as_bytes(), &mut framed.write_buf)
+                    .map_err(|e| framed.protocol_err(e.to_string()))?;
+            }
+            Message::AuthenticationSasl(body) => {
+                let mut offers_scram = false;
+                let mut mechanisms = body.mechanisms();
+                while let Ok(Some(m)) = fallible_iterator::FallibleIterator::next(&mut mechanisms) {
+                    offers_scram |= m == SCRAM_SHA_256;
+                }
+                if !offers_scram {
+                    return Err(auth_err("the server offers no SASL mechanism outboxd supports (SCRAM-SHA-256)".into()));
+                }
+                // Channel binding is optional in PostgreSQL; without it the
+                // exchange is still mutually authenticated by SCRAM itself.
+                let s = ScramSha256::new(password()?.as_bytes(), ChannelBinding::unsupported());
+                frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut framed.write_buf)
+                    .map_err(|e| framed.protocol_err(e.to_string()))?;
+                scram = Some(s);
+            }
+            Message::AuthenticationSaslContinue(body) => {
+                let s = scram.as_mut().ok_or_else(|| framed.protocol_err("SASL continue without start"))?;
+                s.update(body.data()).map_err(|e| auth_err(format!("SCRAM exchange failed: {e}")))?;
+                frontend::sasl_response(s.message(), &mut framed.write_buf)
+                    .map_err(|e| framed.protocol_err(e.to_string()))?;
+            }
+            Message::AuthenticationSaslFinal(body) => {
+                let mut s = scram.take().ok_or_else(|| framed.protocol_err("SASL final without start"))?;
+                s.finish(body.data())
+                    .map_err(|e| auth_err(format!("the server's SCRAM signature is invalid: {e}")))?;
+                continue;
+            }
+            Message::ErrorResponse(body) => {
+                let error = ServerError::from_body(&body);
+                // 28P01 invalid password, 28000 invalid authorization (pg_hba).
+                return Err(if error.code.starts_with("28") {
+                    auth_err(error.to_string())
+                } else {
+                    framed.server_err(error)
+                });
+            }
+            Message::NoticeResponse(_) => continue,
+            _ => return Err(auth_err("the server asked for an authentication method outboxd does not support (use scram-sha-256, md5, password or trust)".into())),
+        }
+        framed.flush().await?;
+    }
+}

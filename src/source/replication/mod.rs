@@ -1,0 +1,22 @@
+//! Our walsender connection, built on postgres-protocol's codecs because
+//! tokio-postgres has no replication mode.
+//!
+//! One file per flow: `connect` (startup, TLS, auth), `framed` (cancel-safe
+//! frames), `commands` (IDENTIFY_SYSTEM, START_REPLICATION), `stream`
+//! (receive, status updates), `protocol` (the pure CopyData sub-protocol).
+
+pub mod commands;
+pub mod conn_params;
+pub mod connect;
+pub mod error;
+pub mod framed;
+pub mod protocol;
+pub mod stream;
+pub mod tls;
+
+pub use commands::{StartOptions, SystemIdentity};
+pub use conn_params::{ConnParams, SslMode};
+pub use connect::{connect, WalConnection};
+pub use error::{ReplicationError, ServerError};
+pub use protocol::ServerMessage;
+pub use stream::ReplicationStream;

@@ -1,0 +1,160 @@
+//! TLS for both PostgreSQL connections, with libpq's `sslmode` semantics.
+//!
+//! `prefer` and `require` encrypt without verifying the server (as libpq does
+//! when no root certificate is configured); `verify-ca` checks the chain
+//! against `sslrootcert`; `verify-full` also checks the host name.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+use super::conn_params::{ConnParams, SslMode};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsConfigError {
+    #[error("sslmode={mode} needs a CA certificate: add sslrootcert=/path/to/ca.pem to postgres.url")]
+    MissingRootCert { mode: &'static str },
+    #[error("cannot read sslrootcert {path}: {reason}")]
+    RootCert { path: String, reason: String },
+    #[error("TLS setup failed: {0}")]
+    Rustls(#[from] rustls::Error),
+    #[error("TLS verifier setup failed: {0}")]
+    Verifier(String),
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The rustls client config for `params`, or `None` for `sslmode=disable`.
+pub fn client_config(params: &ConnParams) -> Result<Option<Arc<ClientConfig>>, TlsConfigError> {
+    let builder = ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let verifier: Arc<dyn ServerCertVerifier> = match params.sslmode {
+        SslMode::Disable => return Ok(None),
+        SslMode::Prefer | SslMode::Require => Arc::new(AcceptAnyServer(provider())),
+        SslMode::VerifyCa | SslMode::VerifyFull => {
+            let mode = if params.sslmode == SslMode::VerifyCa { "verify-ca" } else { "verify-full" };
+            let path = params.sslrootcert.as_deref().ok_or(TlsConfigError::MissingRootCert { mode })?;
+            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(load_roots(path)?), provider())
+                .build()
+                .map_err(|e| TlsConfigError::Verifier(e.to_string()))?;
+            if params.sslmode == SslMode::VerifyCa {
+                Arc::new(ChainOnly(webpki))
+            } else {
+                webpki
+            }
+        }
+    };
+    let config = builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth();
+    Ok(Some(Arc::new(config)))
+}
+
+/// The name rustls should check; an IP literal becomes an IP server name.
+pub fn server_name(host: &str) -> Result<ServerName<'static>, TlsConfigError> {
+    ServerName::try_from(host.to_string()).map_err(|e| TlsConfigError::Verifier(format!("host {host:?}: {e}")))
+}
+
+fn load_roots(path: &Path) -> Result<RootCertStore, TlsConfigError> {
+    let err = |reason: String| TlsConfigError::RootCert { path: path.display().to_string(), reason };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| err(e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| err(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(err("no PEM certificates in file".into()));
+    }
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| err(e.to_string()))?;
+    }
+    Ok(roots)
+}
+
+/// `sslmode=prefer|require`: encryption without authentication of the server.
+#[derive(Debug)]
+struct AcceptAnyServer(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAnyServer {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// `sslmode=verify-ca`: the chain must lead to `sslrootcert`, any host name.
+#[derive(Debug)]
+struct ChainOnly(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}

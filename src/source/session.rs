@@ -1,0 +1,158 @@
+//! One streaming session: check and prepare the database, start replication
+//! from the slot, and turn the stream into [`SourceItem`]s.
+//!
+//! A session is thrown away on any error; the caller reconnects and the slot
+//! (not any state of ours) says where to resume.
+
+use std::time::Duration;
+
+use super::admin::{self, AdminError, Target};
+use super::pgoutput::{DecodeError, Decoder};
+use super::replication::{self, ConnParams, ReplicationError, ReplicationStream, ServerMessage, StartOptions};
+use super::transactions::{AssembleError, IgnoredCounts, SourceItem, TransactionAssembler};
+use crate::Lsn;
+
+/// pgoutput protocol version requested. Version 1 sends each transaction
+/// whole at commit, so nothing uncommitted is ever seen.
+pub const PROTO_VERSION: u32 = 1;
+
+#[derive(Debug, Clone)]
+pub struct SourceSettings {
+    pub conn: ConnParams,
+    pub slot: String,
+    pub publication: String,
+    pub table_schema: String,
+    pub table_name: String,
+    pub create_slot: bool,
+    pub create_publication: bool,
+    /// `pg_logical_emit_message` prefix treated as events; `None` = off.
+    pub message_prefix: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+    #[error(transparent)]
+    Replication(#[from] ReplicationError),
+    #[error("cannot decode pgoutput message at {lsn}: {source}")]
+    Decode {
+        lsn: Lsn,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("inconsistent pgoutput stream at {lsn}: {source}")]
+    Assemble {
+        lsn: Lsn,
+        #[source]
+        source: AssembleError,
+    },
+}
+
+impl SourceError {
+    /// Reconnecting may help (network, server restart); anything else needs
+    /// a person.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SourceError::Replication(e) => e.is_retryable(),
+            SourceError::Admin(AdminError::Connect { .. }) => true,
+            SourceError::Admin(AdminError::SlotActive { .. }) => true,
+            _ => false,
+        }
+    }
+}
+
+/// What one receive produced, besides the items appended to the caller's Vec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// A pgoutput message was decoded (items may or may not have been added).
+    Data,
+    /// Server keepalive: `wal_end` is safe to confirm when no transaction is
+    /// open and everything before it is acked.
+    Keepalive { wal_end: Lsn, reply_requested: bool },
+}
+
+pub struct SourceSession {
+    stream: ReplicationStream,
+    decoder: Decoder,
+    assembler: TransactionAssembler,
+    /// Server's wal_sender_timeout; status updates must come well within it.
+    pub wal_sender_timeout: Duration,
+    /// The slot's confirmed position when the session started.
+    pub start_lsn: Lsn,
+}
+
+impl SourceSession {
+    /// Preflight, publication, slot, then START_REPLICATION.
+    pub async fn open(s: &SourceSettings) -> Result<SourceSession, SourceError> {
+        replication::commands::validate_identifier("postgres.slot", &s.slot)
+            .map_err(|reason| ReplicationError::Protocol { server: s.conn.describe(), reason })?;
+        let client = admin::connect_sql(&s.conn).await?;
+        admin::preflight(&client).await?;
+        let target = Target {
+            slot: &s.slot,
+            publication: &s.publication,
+            table_schema: &s.table_schema,
+            table_name: &s.table_name,
+            create_slot: s.create_slot,
+            create_publication: s.create_publication,
+        };
+        admin::ensure_publication(&client, &target).await?;
+        let slot = admin::ensure_slot(&client, &target).await?;
+        let wal_sender_timeout = admin::wal_sender_timeout(&client).await?;
+        drop(client);
+
+        let mut conn = replication::connect(&s.conn).await?;
+        let identity = conn.identify_system().await?;
+        tracing::debug!(system_id = %identity.system_id, timeline = identity.timeline, xlogpos = %identity.xlogpos, "identified system");
+        let start_lsn = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
+        let stream = conn
+            .start_replication(&StartOptions {
+                slot: s.slot.clone(),
+                publication: s.publication.clone(),
+                // 0/0: the server resumes at the slot's confirmed position.
+                start_lsn: Lsn::ZERO,
+                proto_version: PROTO_VERSION,
+                messages: s.message_prefix.is_some(),
+            })
+            .await?;
+        tracing::info!(slot = %s.slot, %start_lsn, "replication started");
+        Ok(SourceSession {
+            stream,
+            decoder: Decoder::new(PROTO_VERSION),
+            assembler: TransactionAssembler::new(&s.table_schema, &s.table_name, s.message_prefix.as_deref()),
+            wal_sender_timeout,
+            start_lsn,
+        })
+    }
+
+    /// Receives and decodes the next message. Cancel-safe: nothing is consumed
+    /// unless the future completes.
+    pub async fn next(&mut self, out: &mut Vec<SourceItem>) -> Result<Received, SourceError> {
+        match self.stream.recv().await? {
+            ServerMessage::XLogData { wal_start, data, .. } => {
+                let msg = self.decoder.decode(data).map_err(|source| SourceError::Decode { lsn: wal_start, source })?;
+                self.assembler.handle(msg, out).map_err(|source| SourceError::Assemble { lsn: wal_start, source })?;
+                Ok(Received::Data)
+            }
+            ServerMessage::Keepalive { wal_end, reply_requested } => Ok(Received::Keepalive { wal_end, reply_requested }),
+        }
+    }
+
+    pub fn in_transaction(&self) -> bool {
+        self.assembler.in_transaction()
+    }
+
+    pub fn ignored(&self) -> IgnoredCounts {
+        self.assembler.ignored()
+    }
+
+    pub fn stream(&mut self) -> &mut ReplicationStream {
+        &mut self.stream
+    }
+
+    /// Confirms `confirmed` and closes the connection cleanly.
+    pub async fn finish(self, confirmed: Lsn) -> Result<(), SourceError> {
+        Ok(self.stream.finish(confirmed).await?)
+    }
+}

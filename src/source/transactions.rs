@@ -1,0 +1,251 @@
+//! From pgoutput messages to outbox events (pure).
+//!
+//! With protocol version 1 the server sends a transaction only once it has
+//! committed, whole, between Begin and Commit, so every outbox row seen here
+//! is committed and can be handed on at once; rolled-back work never reaches
+//! us. What the relay needs from the framing is the commit's *end* LSN, emitted
+//! as a checkpoint after the transaction's last event: confirming it (and not
+//! the commit LSN) is what keeps the server from resending the transaction.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::outbox::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
+use crate::source::pgoutput::{pg_time_to_unix_us, LogicalMessage, Relation, TupleData, TupleValue};
+use crate::Lsn;
+
+/// What the assembler hands on, in WAL order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceItem {
+    /// An outbox row or message to deliver.
+    Event(OutboxEvent),
+    /// Everything before this position has been handed on: once all earlier
+    /// events are acked, `lsn` may be confirmed.
+    Checkpoint { lsn: Lsn, xid: u32, commit_time_us: i64, events: u64 },
+}
+
+/// Changes seen and deliberately not published, by reason.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IgnoredCounts {
+    pub other_table_changes: u64,
+    pub outbox_updates: u64,
+    pub outbox_deletes: u64,
+    pub outbox_truncates: u64,
+    pub other_prefix_messages: u64,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AssembleError {
+    #[error("pgoutput sent a change for relation OID {0} before describing it")]
+    UnknownRelation(u32),
+    #[error("pgoutput sent {0} outside a transaction")]
+    OutsideTransaction(&'static str),
+    #[error("pgoutput sent Begin for xid {new} while xid {open} was still open")]
+    NestedBegin { open: u32, new: u32 },
+    #[error("column {column} of {table} arrived in binary format, which outboxd never requests")]
+    BinaryValue { table: String, column: String },
+    #[error("outbox row has {values} values but {table} has {columns} columns")]
+    ColumnCountMismatch { table: String, values: usize, columns: usize },
+    #[error("pgoutput sent {0}, which needs streaming or two-phase options outboxd does not enable")]
+    UnsupportedMessage(&'static str),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct OpenTxn {
+    xid: u32,
+    commit_lsn: Lsn,
+    commit_time_us: i64,
+    events: u64,
+}
+
+pub struct TransactionAssembler {
+    outbox_schema: String,
+    outbox_table: String,
+    /// `None` disables messages as events.
+    message_prefix: Option<String>,
+    relations: HashMap<u32, Arc<TableInfo>>,
+    open: Option<OpenTxn>,
+    ignored: IgnoredCounts,
+}
+
+impl TransactionAssembler {
+    pub fn new(outbox_schema: &str, outbox_table: &str, message_prefix: Option<&str>) -> Self {
+        TransactionAssembler {
+            outbox_schema: outbox_schema.to_string(),
+            outbox_table: outbox_table.to_string(),
+            message_prefix: message_prefix.filter(|p| !p.is_empty()).map(str::to_string),
+            relations: HashMap::new(),
+            open: None,
+            ignored: IgnoredCounts::default(),
+        }
+    }
+
+    pub fn ignored(&self) -> IgnoredCounts {
+        self.ignored
+    }
+
+    /// True between Begin and Commit: keepalive positions must not be
+    /// confirmed then, since they may lie inside the open transaction.
+    pub fn in_transaction(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Handles one decoded message; appends what it yields to `out`.
+    pub fn handle(&mut self, msg: LogicalMessage, out: &mut Vec<SourceItem>) -> Result<(), AssembleError> {
+        match msg {
+            LogicalMessage::Begin(b) => {
+                if let Some(open) = self.open {
+                    return Err(AssembleError::NestedBegin { open: open.xid, new: b.xid });
+                }
+                self.open = Some(OpenTxn {
+                    xid: b.xid,
+                    commit_lsn: b.final_lsn,
+                    commit_time_us: pg_time_to_unix_us(b.commit_time),
+                    events: 0,
+                });
+            }
+            LogicalMessage::Commit(c) => {
+                let open = self.open.take().ok_or(AssembleError::OutsideTransaction("Commit"))?;
+                out.push(SourceItem::Checkpoint {
+                    lsn: c.end_lsn,
+                    xid: open.xid,
+                    commit_time_us: open.commit_time_us,
+                    events: open.events,
+                });
+            }
+            LogicalMessage::Relation(r) => {
+                let info = Arc::new(table_info(&r));
+                self.relations.insert(r.oid, info);
+            }
+            LogicalMessage::Insert(ins) => {
+                let table = self.relation(ins.relation_oid)?;
+                if !self.is_outbox(&table) {
+                    self.ignored.other_table_changes += 1;
+                    return Ok(());
+                }
+                let open = self.open.as_mut().ok_or(AssembleError::OutsideTransaction("Insert"))?;
+                let row = to_row(table, ins.new)?;
+                open.events += 1;
+                out.push(SourceItem::Event(OutboxEvent {
+                    commit_lsn: open.commit_lsn,
+                    xid: open.xid,
+                    commit_time_us: open.commit_time_us,
+                    kind: EventKind::Row(row),
+                }));
+            }
+            LogicalMessage::Update(u) => self.count_change(u.relation_oid, |c| c.outbox_updates += 1)?,
+            LogicalMessage::Delete(d) => self.count_change(d.relation_oid, |c| c.outbox_deletes += 1)?,
+            LogicalMessage::Truncate(t) => {
+                for oid in t.relation_oids {
+                    self.count_change(oid, |c| c.outbox_truncates += 1)?;
+                }
+            }
+            LogicalMessage::Message(m) => {
+                if self.message_prefix.as_deref() != Some(m.prefix.as_str()) {
+                    self.ignored.other_prefix_messages += 1;
+                    return Ok(());
+                }
+                let kind = EventKind::Message { transactional: m.transactional, prefix: m.prefix, content: m.content };
+                match (m.transactional, self.open.as_mut()) {
+                    (true, Some(open)) => {
+                        open.events += 1;
+                        out.push(SourceItem::Event(OutboxEvent {
+                            commit_lsn: open.commit_lsn,
+                            xid: open.xid,
+                            commit_time_us: open.commit_time_us,
+                            kind,
+                        }));
+                    }
+                    (true, None) => return Err(AssembleError::OutsideTransaction("a transactional Message")),
+                    // Non-transactional: delivered on its own. The server skips
+                    // messages below the confirmed position on restart, so the
+                    // checkpoint is just past the message's LSN.
+                    (false, _) => {
+                        let now = crate::source::pgoutput::pg_time_to_unix_us(
+                            crate::source::replication::protocol::pg_now_us(),
+                        );
+                        out.push(SourceItem::Event(OutboxEvent {
+                            commit_lsn: m.lsn,
+                            xid: 0,
+                            commit_time_us: now,
+                            kind,
+                        }));
+                        if self.open.is_none() {
+                            out.push(SourceItem::Checkpoint {
+                                lsn: Lsn(m.lsn.0 + 1),
+                                xid: 0,
+                                commit_time_us: now,
+                                events: 1,
+                            });
+                        }
+                    }
+                }
+            }
+            LogicalMessage::Origin(_) | LogicalMessage::Type(_) => {}
+            LogicalMessage::StreamStart(_) => return Err(AssembleError::UnsupportedMessage("Stream Start")),
+            LogicalMessage::StreamStop => return Err(AssembleError::UnsupportedMessage("Stream Stop")),
+            LogicalMessage::StreamCommit(_) => return Err(AssembleError::UnsupportedMessage("Stream Commit")),
+            LogicalMessage::StreamAbort(_) => return Err(AssembleError::UnsupportedMessage("Stream Abort")),
+            LogicalMessage::StreamPrepare(_) => return Err(AssembleError::UnsupportedMessage("Stream Prepare")),
+            LogicalMessage::BeginPrepare(_) => return Err(AssembleError::UnsupportedMessage("Begin Prepare")),
+            LogicalMessage::Prepare(_) => return Err(AssembleError::UnsupportedMessage("Prepare")),
+            LogicalMessage::CommitPrepared(_) => return Err(AssembleError::UnsupportedMessage("Commit Prepared")),
+            LogicalMessage::RollbackPrepared(_) => {
+                return Err(AssembleError::UnsupportedMessage("Rollback Prepared"))
+            }
+        }
+        Ok(())
+    }
+
+    fn relation(&self, oid: u32) -> Result<Arc<TableInfo>, AssembleError> {
+        self.relations.get(&oid).cloned().ok_or(AssembleError::UnknownRelation(oid))
+    }
+
+    fn is_outbox(&self, table: &TableInfo) -> bool {
+        table.schema == self.outbox_schema && table.name == self.outbox_table
+    }
+
+    fn count_change(&mut self, oid: u32, bump: impl FnOnce(&mut IgnoredCounts)) -> Result<(), AssembleError> {
+        let table = self.relation(oid)?;
+        if self.is_outbox(&table) {
+            bump(&mut self.ignored);
+        } else {
+            self.ignored.other_table_changes += 1;
+        }
+        Ok(())
+    }
+}
+
+fn table_info(r: &Relation) -> TableInfo {
+    TableInfo {
+        oid: r.oid,
+        schema: r.namespace.clone(),
+        name: r.name.clone(),
+        columns: r.columns.iter().map(|c| ColumnInfo { name: c.name.clone(), type_oid: c.type_oid }).collect(),
+    }
+}
+
+fn to_row(table: Arc<TableInfo>, tuple: TupleData) -> Result<Row, AssembleError> {
+    if tuple.0.len() != table.columns.len() {
+        return Err(AssembleError::ColumnCountMismatch {
+            table: table.qualified_name(),
+            values: tuple.0.len(),
+            columns: table.columns.len(),
+        });
+    }
+    let mut values = Vec::with_capacity(tuple.0.len());
+    for (i, v) in tuple.0.into_iter().enumerate() {
+        values.push(match v {
+            TupleValue::Null => ColumnValue::Null,
+            TupleValue::UnchangedToast => ColumnValue::UnchangedToast,
+            TupleValue::Text(b) => ColumnValue::Text(b),
+            TupleValue::Binary(_) => {
+                return Err(AssembleError::BinaryValue {
+                    table: table.qualified_name(),
+                    column: table.columns[i].name.clone(),
+                })
+            }
+        });
+    }
+    Ok(Row { table, values })
+}
