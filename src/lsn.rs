@@ -41,7 +41,8 @@ impl FromStr for Lsn {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let err = || ParseLsnError(s.to_string());
         let (hi, lo) = s.split_once('/').ok_or_else(err)?;
-        let valid = |h: &str| !h.is_empty() && h.len() <= 8 && h.bytes().all(|b| b.is_ascii_hexdigit());
+        let valid =
+            |h: &str| !h.is_empty() && h.len() <= 8 && h.bytes().all(|b| b.is_ascii_hexdigit());
         if !valid(hi) || !valid(lo) {
             return Err(err());
         }

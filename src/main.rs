@@ -9,7 +9,11 @@ use outboxd::cli::{settings, tail};
 use outboxd::config::{Config, LogFormat};
 
 #[derive(Parser)]
-#[command(name = "outboxd", version, about = "Relays transactional-outbox events from PostgreSQL to Kafka")]
+#[command(
+    name = "outboxd",
+    version,
+    about = "Relays transactional-outbox events from PostgreSQL to Kafka"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,7 +38,9 @@ enum Command {
 fn init_logging(format: LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OUTBOXD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
@@ -42,7 +48,8 @@ fn init_logging(format: LogFormat, level: &str) {
 }
 
 fn load(path: &PathBuf) -> anyhow::Result<Config> {
-    let cfg = Config::from_file(path).with_context(|| format!("invalid configuration {}", path.display()))?;
+    let cfg = Config::from_file(path)
+        .with_context(|| format!("invalid configuration {}", path.display()))?;
     init_logging(cfg.log.format, &cfg.log.level);
     Ok(cfg)
 }
@@ -57,10 +64,18 @@ async fn shutdown_signal() {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Tail { config, no_confirm, limit } => {
+        Command::Tail {
+            config,
+            no_confirm,
+            limit,
+        } => {
             let cfg = load(&config)?;
             let source = settings::source_settings(&cfg)?;
-            let opts = tail::TailOptions { no_confirm, limit, status_interval: cfg.postgres.status_interval };
+            let opts = tail::TailOptions {
+                no_confirm,
+                limit,
+                status_interval: cfg.postgres.status_interval,
+            };
             let mut stdout = std::io::stdout();
             tail::run(&source, &opts, &mut stdout, shutdown_signal())
                 .await
@@ -72,7 +87,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("outboxd: cannot start the runtime: {e}");

@@ -47,7 +47,9 @@ pub async fn run(
     let table = format!("{}.{}", settings.table_schema, settings.table_name);
 
     while printed < limit {
-        let deadline = tokio::time::Instant::from_std(session.stream().next_status_deadline(opts.status_interval));
+        let deadline = tokio::time::Instant::from_std(
+            session.stream().next_status_deadline(opts.status_interval),
+        );
         let received = tokio::select! {
             biased;
             _ = &mut stop => break,
@@ -77,14 +79,22 @@ pub async fn run(
             }
         }
         let mut reply_now = false;
-        if let Received::Keepalive { wal_end, reply_requested } = received {
+        if let Received::Keepalive {
+            wal_end,
+            reply_requested,
+        } = received
+        {
             if !opts.no_confirm && !session.in_transaction() && pending.is_empty() {
                 confirmed = confirmed.max(wal_end);
             }
             reply_now = reply_requested;
         }
         if reply_now || session.stream().status_due(confirmed, opts.status_interval) {
-            session.stream().send_status(confirmed, false).await.map_err(SourceError::from)?;
+            session
+                .stream()
+                .send_status(confirmed, false)
+                .await
+                .map_err(SourceError::from)?;
         }
     }
     session.finish(confirmed).await?;
@@ -111,10 +121,16 @@ pub fn render(e: &OutboxEvent, lsn: Lsn, table: &str) -> Value {
             }
             obj.insert("row".into(), Value::Object(cols));
         }
-        EventKind::Message { transactional, prefix, content } => {
+        EventKind::Message {
+            transactional,
+            prefix,
+            content,
+        } => {
             let content = match std::str::from_utf8(content) {
                 Ok(s) => json!(s),
-                Err(_) => json!({ "hex": content.iter().map(|b| format!("{b:02x}")).collect::<String>() }),
+                Err(_) => {
+                    json!({ "hex": content.iter().map(|b| format!("{b:02x}")).collect::<String>() })
+                }
             };
             obj.insert(
                 "message".into(),

@@ -71,7 +71,9 @@ pub struct Row {
 
 impl Row {
     pub fn get(&self, column: &str) -> Option<&ColumnValue> {
-        self.table.column_index(column).and_then(|i| self.values.get(i))
+        self.table
+            .column_index(column)
+            .and_then(|i| self.values.get(i))
     }
 }
 

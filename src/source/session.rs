@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use super::admin::{self, AdminError, Target};
 use super::pgoutput::{DecodeError, Decoder};
-use super::replication::{self, ConnParams, ReplicationError, ReplicationStream, ServerMessage, StartOptions};
+use super::replication::{
+    self, ConnParams, ReplicationError, ReplicationStream, ServerMessage, StartOptions,
+};
 use super::transactions::{AssembleError, IgnoredCounts, SourceItem, TransactionAssembler};
 use crate::Lsn;
 
@@ -85,8 +87,12 @@ pub struct SourceSession {
 impl SourceSession {
     /// Preflight, publication, slot, then START_REPLICATION.
     pub async fn open(s: &SourceSettings) -> Result<SourceSession, SourceError> {
-        replication::commands::validate_identifier("postgres.slot", &s.slot)
-            .map_err(|reason| ReplicationError::Protocol { server: s.conn.describe(), reason })?;
+        replication::commands::validate_identifier("postgres.slot", &s.slot).map_err(|reason| {
+            ReplicationError::Protocol {
+                server: s.conn.describe(),
+                reason,
+            }
+        })?;
         let client = admin::connect_sql(&s.conn).await?;
         admin::preflight(&client).await?;
         let target = Target {
@@ -120,7 +126,11 @@ impl SourceSession {
         Ok(SourceSession {
             stream,
             decoder: Decoder::new(PROTO_VERSION),
-            assembler: TransactionAssembler::new(&s.table_schema, &s.table_name, s.message_prefix.as_deref()),
+            assembler: TransactionAssembler::new(
+                &s.table_schema,
+                &s.table_name,
+                s.message_prefix.as_deref(),
+            ),
             wal_sender_timeout,
             start_lsn,
         })
@@ -130,12 +140,31 @@ impl SourceSession {
     /// unless the future completes.
     pub async fn next(&mut self, out: &mut Vec<SourceItem>) -> Result<Received, SourceError> {
         match self.stream.recv().await? {
-            ServerMessage::XLogData { wal_start, data, .. } => {
-                let msg = self.decoder.decode(data).map_err(|source| SourceError::Decode { lsn: wal_start, source })?;
-                self.assembler.handle(msg, out).map_err(|source| SourceError::Assemble { lsn: wal_start, source })?;
+            ServerMessage::XLogData {
+                wal_start, data, ..
+            } => {
+                let msg = self
+                    .decoder
+                    .decode(data)
+                    .map_err(|source| SourceError::Decode {
+                        lsn: wal_start,
+                        source,
+                    })?;
+                self.assembler
+                    .handle(msg, out)
+                    .map_err(|source| SourceError::Assemble {
+                        lsn: wal_start,
+                        source,
+                    })?;
                 Ok(Received::Data)
             }
-            ServerMessage::Keepalive { wal_end, reply_requested } => Ok(Received::Keepalive { wal_end, reply_requested }),
+            ServerMessage::Keepalive {
+                wal_end,
+                reply_requested,
+            } => Ok(Received::Keepalive {
+                wal_end,
+                reply_requested,
+            }),
         }
     }
 

@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::outbox::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
-use crate::source::pgoutput::{pg_time_to_unix_us, LogicalMessage, Relation, TupleData, TupleValue};
+use crate::source::pgoutput::{
+    pg_time_to_unix_us, LogicalMessage, Relation, TupleData, TupleValue,
+};
 use crate::Lsn;
 
 /// What the assembler hands on, in WAL order.
@@ -21,7 +23,12 @@ pub enum SourceItem {
     Event(OutboxEvent),
     /// Everything before this position has been handed on: once all earlier
     /// events are acked, `lsn` may be confirmed.
-    Checkpoint { lsn: Lsn, xid: u32, commit_time_us: i64, events: u64 },
+    Checkpoint {
+        lsn: Lsn,
+        xid: u32,
+        commit_time_us: i64,
+        events: u64,
+    },
 }
 
 /// Changes seen and deliberately not published, by reason.
@@ -45,8 +52,14 @@ pub enum AssembleError {
     #[error("column {column} of {table} arrived in binary format, which outboxd never requests")]
     BinaryValue { table: String, column: String },
     #[error("outbox row has {values} values but {table} has {columns} columns")]
-    ColumnCountMismatch { table: String, values: usize, columns: usize },
-    #[error("pgoutput sent {0}, which needs streaming or two-phase options outboxd does not enable")]
+    ColumnCountMismatch {
+        table: String,
+        values: usize,
+        columns: usize,
+    },
+    #[error(
+        "pgoutput sent {0}, which needs streaming or two-phase options outboxd does not enable"
+    )]
     UnsupportedMessage(&'static str),
 }
 
@@ -91,11 +104,18 @@ impl TransactionAssembler {
     }
 
     /// Handles one decoded message; appends what it yields to `out`.
-    pub fn handle(&mut self, msg: LogicalMessage, out: &mut Vec<SourceItem>) -> Result<(), AssembleError> {
+    pub fn handle(
+        &mut self,
+        msg: LogicalMessage,
+        out: &mut Vec<SourceItem>,
+    ) -> Result<(), AssembleError> {
         match msg {
             LogicalMessage::Begin(b) => {
                 if let Some(open) = self.open {
-                    return Err(AssembleError::NestedBegin { open: open.xid, new: b.xid });
+                    return Err(AssembleError::NestedBegin {
+                        open: open.xid,
+                        new: b.xid,
+                    });
                 }
                 self.open = Some(OpenTxn {
                     xid: b.xid,
@@ -105,7 +125,10 @@ impl TransactionAssembler {
                 });
             }
             LogicalMessage::Commit(c) => {
-                let open = self.open.take().ok_or(AssembleError::OutsideTransaction("Commit"))?;
+                let open = self
+                    .open
+                    .take()
+                    .ok_or(AssembleError::OutsideTransaction("Commit"))?;
                 out.push(SourceItem::Checkpoint {
                     lsn: c.end_lsn,
                     xid: open.xid,
@@ -123,7 +146,10 @@ impl TransactionAssembler {
                     self.ignored.other_table_changes += 1;
                     return Ok(());
                 }
-                let open = self.open.as_mut().ok_or(AssembleError::OutsideTransaction("Insert"))?;
+                let open = self
+                    .open
+                    .as_mut()
+                    .ok_or(AssembleError::OutsideTransaction("Insert"))?;
                 let row = to_row(table, ins.new)?;
                 open.events += 1;
                 out.push(SourceItem::Event(OutboxEvent {
@@ -133,8 +159,12 @@ impl TransactionAssembler {
                     kind: EventKind::Row(row),
                 }));
             }
-            LogicalMessage::Update(u) => self.count_change(u.relation_oid, |c| c.outbox_updates += 1)?,
-            LogicalMessage::Delete(d) => self.count_change(d.relation_oid, |c| c.outbox_deletes += 1)?,
+            LogicalMessage::Update(u) => {
+                self.count_change(u.relation_oid, |c| c.outbox_updates += 1)?
+            }
+            LogicalMessage::Delete(d) => {
+                self.count_change(d.relation_oid, |c| c.outbox_deletes += 1)?
+            }
             LogicalMessage::Truncate(t) => {
                 for oid in t.relation_oids {
                     self.count_change(oid, |c| c.outbox_truncates += 1)?;
@@ -145,7 +175,11 @@ impl TransactionAssembler {
                     self.ignored.other_prefix_messages += 1;
                     return Ok(());
                 }
-                let kind = EventKind::Message { transactional: m.transactional, prefix: m.prefix, content: m.content };
+                let kind = EventKind::Message {
+                    transactional: m.transactional,
+                    prefix: m.prefix,
+                    content: m.content,
+                };
                 match (m.transactional, self.open.as_mut()) {
                     (true, Some(open)) => {
                         open.events += 1;
@@ -156,7 +190,9 @@ impl TransactionAssembler {
                             kind,
                         }));
                     }
-                    (true, None) => return Err(AssembleError::OutsideTransaction("a transactional Message")),
+                    (true, None) => {
+                        return Err(AssembleError::OutsideTransaction("a transactional Message"))
+                    }
                     // Non-transactional: delivered on its own. The server skips
                     // messages below the confirmed position on restart, so the
                     // checkpoint is just past the message's LSN.
@@ -182,14 +218,28 @@ impl TransactionAssembler {
                 }
             }
             LogicalMessage::Origin(_) | LogicalMessage::Type(_) => {}
-            LogicalMessage::StreamStart(_) => return Err(AssembleError::UnsupportedMessage("Stream Start")),
-            LogicalMessage::StreamStop => return Err(AssembleError::UnsupportedMessage("Stream Stop")),
-            LogicalMessage::StreamCommit(_) => return Err(AssembleError::UnsupportedMessage("Stream Commit")),
-            LogicalMessage::StreamAbort(_) => return Err(AssembleError::UnsupportedMessage("Stream Abort")),
-            LogicalMessage::StreamPrepare(_) => return Err(AssembleError::UnsupportedMessage("Stream Prepare")),
-            LogicalMessage::BeginPrepare(_) => return Err(AssembleError::UnsupportedMessage("Begin Prepare")),
+            LogicalMessage::StreamStart(_) => {
+                return Err(AssembleError::UnsupportedMessage("Stream Start"))
+            }
+            LogicalMessage::StreamStop => {
+                return Err(AssembleError::UnsupportedMessage("Stream Stop"))
+            }
+            LogicalMessage::StreamCommit(_) => {
+                return Err(AssembleError::UnsupportedMessage("Stream Commit"))
+            }
+            LogicalMessage::StreamAbort(_) => {
+                return Err(AssembleError::UnsupportedMessage("Stream Abort"))
+            }
+            LogicalMessage::StreamPrepare(_) => {
+                return Err(AssembleError::UnsupportedMessage("Stream Prepare"))
+            }
+            LogicalMessage::BeginPrepare(_) => {
+                return Err(AssembleError::UnsupportedMessage("Begin Prepare"))
+            }
             LogicalMessage::Prepare(_) => return Err(AssembleError::UnsupportedMessage("Prepare")),
-            LogicalMessage::CommitPrepared(_) => return Err(AssembleError::UnsupportedMessage("Commit Prepared")),
+            LogicalMessage::CommitPrepared(_) => {
+                return Err(AssembleError::UnsupportedMessage("Commit Prepared"))
+            }
             LogicalMessage::RollbackPrepared(_) => {
                 return Err(AssembleError::UnsupportedMessage("Rollback Prepared"))
             }
@@ -198,14 +248,21 @@ impl TransactionAssembler {
     }
 
     fn relation(&self, oid: u32) -> Result<Arc<TableInfo>, AssembleError> {
-        self.relations.get(&oid).cloned().ok_or(AssembleError::UnknownRelation(oid))
+        self.relations
+            .get(&oid)
+            .cloned()
+            .ok_or(AssembleError::UnknownRelation(oid))
     }
 
     fn is_outbox(&self, table: &TableInfo) -> bool {
         table.schema == self.outbox_schema && table.name == self.outbox_table
     }
 
-    fn count_change(&mut self, oid: u32, bump: impl FnOnce(&mut IgnoredCounts)) -> Result<(), AssembleError> {
+    fn count_change(
+        &mut self,
+        oid: u32,
+        bump: impl FnOnce(&mut IgnoredCounts),
+    ) -> Result<(), AssembleError> {
         let table = self.relation(oid)?;
         if self.is_outbox(&table) {
             bump(&mut self.ignored);
@@ -221,7 +278,14 @@ fn table_info(r: &Relation) -> TableInfo {
         oid: r.oid,
         schema: r.namespace.clone(),
         name: r.name.clone(),
-        columns: r.columns.iter().map(|c| ColumnInfo { name: c.name.clone(), type_oid: c.type_oid }).collect(),
+        columns: r
+            .columns
+            .iter()
+            .map(|c| ColumnInfo {
+                name: c.name.clone(),
+                type_oid: c.type_oid,
+            })
+            .collect(),
     }
 }
 

@@ -51,7 +51,11 @@ pub enum AdminError {
     )]
     SlotWrongPlugin { slot: String, plugin: String },
     #[error("replication slot {slot:?} belongs to database {database:?}, not {expected:?}: use another postgres.slot")]
-    SlotWrongDatabase { slot: String, database: String, expected: String },
+    SlotWrongDatabase {
+        slot: String,
+        database: String,
+        expected: String,
+    },
     #[error(
         "replication slot {slot:?} is active for PID {pid}: another outboxd or replication client is streaming it; \
          stop that process (SELECT pg_terminate_backend({pid})) or give this instance its own postgres.slot"

@@ -27,7 +27,11 @@ pub struct Target<'a> {
 
 impl Target<'_> {
     fn qualified_table(&self) -> String {
-        format!("{}.{}", quote_ident(self.table_schema), quote_ident(self.table_name))
+        format!(
+            "{}.{}",
+            quote_ident(self.table_schema),
+            quote_ident(self.table_name)
+        )
     }
 }
 
@@ -91,12 +95,18 @@ pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), A
         return Err(AdminError::TableMissing { table });
     }
     let publication = client
-        .query_opt("SELECT pubinsert FROM pg_publication WHERE pubname = $1", &[&t.publication])
+        .query_opt(
+            "SELECT pubinsert FROM pg_publication WHERE pubname = $1",
+            &[&t.publication],
+        )
         .await
         .map_err(sql_err("looking up the publication"))?;
     let Some(publication) = publication else {
         if !t.create_publication {
-            return Err(AdminError::PublicationMissing { publication: t.publication.into(), table });
+            return Err(AdminError::PublicationMissing {
+                publication: t.publication.into(),
+                table,
+            });
         }
         let sql = format!(
             "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
@@ -107,12 +117,19 @@ pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), A
             Ok(()) => tracing::info!(publication = t.publication, %table, "created publication"),
             // Another instance created it between our check and now.
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
-            Err(e) => return Err(AdminError::Sql { context: "creating the publication", source: e }),
+            Err(e) => {
+                return Err(AdminError::Sql {
+                    context: "creating the publication",
+                    source: e,
+                })
+            }
         }
         return Ok(());
     };
     if !publication.get::<_, bool>(0) {
-        return Err(AdminError::PublicationNoInserts { publication: t.publication.into() });
+        return Err(AdminError::PublicationNoInserts {
+            publication: t.publication.into(),
+        });
     }
     let covered = client
         .query_opt(
@@ -122,7 +139,10 @@ pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), A
         .await
         .map_err(sql_err("checking the publication's tables"))?;
     if covered.is_none() {
-        return Err(AdminError::PublicationMissingTable { publication: t.publication.into(), table });
+        return Err(AdminError::PublicationMissingTable {
+            publication: t.publication.into(),
+            table,
+        });
     }
     Ok(())
 }
@@ -172,7 +192,9 @@ pub async fn ensure_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, Ad
         return Ok(info);
     }
     if !t.create_slot {
-        return Err(AdminError::SlotMissing { slot: t.slot.into() });
+        return Err(AdminError::SlotMissing {
+            slot: t.slot.into(),
+        });
     }
     let row = client
         .query_one(
@@ -183,17 +205,40 @@ pub async fn ensure_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, Ad
         .map_err(sql_err("counting replication slots"))?;
     let (max, used): (i64, i64) = (row.get(0), row.get(1));
     if used >= max {
-        return Err(AdminError::NoFreeSlots { slot: t.slot.into(), max });
+        return Err(AdminError::NoFreeSlots {
+            slot: t.slot.into(),
+            max,
+        });
     }
-    match client.query_one("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[&t.slot]).await {
+    match client
+        .query_one(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&t.slot],
+        )
+        .await
+    {
         Ok(_) => tracing::info!(slot = t.slot, "created replication slot"),
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
-        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::CONFIGURATION_LIMIT_EXCEEDED) => {
-            return Err(AdminError::NoFreeSlots { slot: t.slot.into(), max })
+        Err(e)
+            if e.code() == Some(&tokio_postgres::error::SqlState::CONFIGURATION_LIMIT_EXCEEDED) =>
+        {
+            return Err(AdminError::NoFreeSlots {
+                slot: t.slot.into(),
+                max,
+            })
         }
-        Err(e) => return Err(AdminError::Sql { context: "creating the replication slot", source: e }),
+        Err(e) => {
+            return Err(AdminError::Sql {
+                context: "creating the replication slot",
+                source: e,
+            })
+        }
     }
-    let info = slot_info(client, t.slot).await?.ok_or_else(|| AdminError::SlotMissing { slot: t.slot.into() })?;
+    let info = slot_info(client, t.slot)
+        .await?
+        .ok_or_else(|| AdminError::SlotMissing {
+            slot: t.slot.into(),
+        })?;
     check_slot(t.slot, &database, &info)?;
     Ok(info)
 }
@@ -204,16 +249,26 @@ pub fn check_slot(slot: &str, database: &str, info: &SlotInfo) -> Result<(), Adm
         return Err(AdminError::SlotNotLogical { slot: slot.into() });
     }
     if let Some(plugin) = info.plugin.as_deref().filter(|p| *p != "pgoutput") {
-        return Err(AdminError::SlotWrongPlugin { slot: slot.into(), plugin: plugin.into() });
+        return Err(AdminError::SlotWrongPlugin {
+            slot: slot.into(),
+            plugin: plugin.into(),
+        });
     }
     if let Some(db) = info.database.as_deref().filter(|d| *d != database) {
-        return Err(AdminError::SlotWrongDatabase { slot: slot.into(), database: db.into(), expected: database.into() });
+        return Err(AdminError::SlotWrongDatabase {
+            slot: slot.into(),
+            database: db.into(),
+            expected: database.into(),
+        });
     }
     if info.wal_status.as_deref() == Some("lost") {
         return Err(AdminError::SlotLost { slot: slot.into() });
     }
     if let Some(pid) = info.active_pid {
-        return Err(AdminError::SlotActive { slot: slot.into(), pid });
+        return Err(AdminError::SlotActive {
+            slot: slot.into(),
+            pid,
+        });
     }
     Ok(())
 }
@@ -222,7 +277,10 @@ pub fn check_slot(slot: &str, database: &str, info: &SlotInfo) -> Result<(), Adm
 /// sent well within it.
 pub async fn wal_sender_timeout(client: &Client) -> Result<Duration, AdminError> {
     let ms: i64 = client
-        .query_one("SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'", &[])
+        .query_one(
+            "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'",
+            &[],
+        )
         .await
         .map_err(sql_err("reading wal_sender_timeout"))?
         .get(0);
@@ -253,11 +311,42 @@ mod tests {
     #[test]
     fn refuses_each_unusable_slot_with_the_fix() {
         let cases: Vec<(SlotInfo, &str)> = vec![
-            (SlotInfo { slot_type: "physical".into(), plugin: None, ..healthy() }, "physical"),
-            (SlotInfo { plugin: Some("wal2json".into()), ..healthy() }, "wal2json"),
-            (SlotInfo { database: Some("other".into()), ..healthy() }, "belongs to database \"other\""),
-            (SlotInfo { wal_status: Some("lost".into()), ..healthy() }, "wal_status = 'lost'"),
-            (SlotInfo { active_pid: Some(4242), ..healthy() }, "active for PID 4242"),
+            (
+                SlotInfo {
+                    slot_type: "physical".into(),
+                    plugin: None,
+                    ..healthy()
+                },
+                "physical",
+            ),
+            (
+                SlotInfo {
+                    plugin: Some("wal2json".into()),
+                    ..healthy()
+                },
+                "wal2json",
+            ),
+            (
+                SlotInfo {
+                    database: Some("other".into()),
+                    ..healthy()
+                },
+                "belongs to database \"other\"",
+            ),
+            (
+                SlotInfo {
+                    wal_status: Some("lost".into()),
+                    ..healthy()
+                },
+                "wal_status = 'lost'",
+            ),
+            (
+                SlotInfo {
+                    active_pid: Some(4242),
+                    ..healthy()
+                },
+                "active for PID 4242",
+            ),
         ];
         for (info, needle) in cases {
             let msg = check_slot("s", "app", &info).unwrap_err().to_string();

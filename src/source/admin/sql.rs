@@ -16,7 +16,7 @@ pub async fn connect_sql(params: &ConnParams) -> Result<Client, AdminError> {
         .port(params.port)
         .user(&params.user)
         .dbname(&params.dbname)
-        .application_name(&format!("{}-sql", params.application_name));
+        .application_name(format!("{}-sql", params.application_name));
     if let Some(pw) = &params.password {
         cfg.password(pw);
     }
@@ -28,7 +28,10 @@ pub async fn connect_sql(params: &ConnParams) -> Result<Client, AdminError> {
         SslMode::Prefer => PgSslMode::Prefer,
         SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => PgSslMode::Require,
     });
-    let connect_err = |source| AdminError::Connect { server: params.describe(), source };
+    let connect_err = |source| AdminError::Connect {
+        server: params.describe(),
+        source,
+    };
     let client = match tls::client_config(params)? {
         None => {
             let (client, conn) = cfg.connect(NoTls).await.map_err(connect_err)?;

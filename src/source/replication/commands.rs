@@ -36,11 +36,15 @@ pub struct StartOptions {
 pub fn validate_identifier(kind: &str, name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 63
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
     if ok {
         Ok(())
     } else {
-        Err(format!("{kind} name {name:?} must be 1-63 characters of a-z, 0-9 and _"))
+        Err(format!(
+            "{kind} name {name:?} must be 1-63 characters of a-z, 0-9 and _"
+        ))
     }
 }
 
@@ -55,8 +59,12 @@ pub fn start_replication_command(opts: &StartOptions) -> String {
 impl WalConnection {
     /// Runs a command and returns its rows as text. For replication commands
     /// and the few SQL queries the walsender allows.
-    pub async fn simple_query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, ReplicationError> {
-        frontend::query(sql, &mut self.framed.write_buf).map_err(|e| self.framed.protocol_err(e.to_string()))?;
+    pub async fn simple_query(
+        &mut self,
+        sql: &str,
+    ) -> Result<Vec<Vec<Option<String>>>, ReplicationError> {
+        frontend::query(sql, &mut self.framed.write_buf)
+            .map_err(|e| self.framed.protocol_err(e.to_string()))?;
         self.framed.flush().await?;
         let mut rows = Vec::new();
         let mut error = None;
@@ -66,16 +74,22 @@ impl WalConnection {
                     let buf = body.buffer();
                     let mut row = Vec::new();
                     let mut ranges = body.ranges();
-                    while let Ok(Some(range)) = fallible_iterator::FallibleIterator::next(&mut ranges) {
+                    while let Ok(Some(range)) =
+                        fallible_iterator::FallibleIterator::next(&mut ranges)
+                    {
                         row.push(range.map(|r| String::from_utf8_lossy(&buf[r]).into_owned()));
                     }
                     rows.push(row);
                 }
-                Frame::Other(Message::ErrorResponse(body)) => error = Some(ServerError::from_body(&body)),
+                Frame::Other(Message::ErrorResponse(body)) => {
+                    error = Some(ServerError::from_body(&body))
+                }
                 Frame::Other(Message::ReadyForQuery(_)) => break,
                 Frame::Other(_) => {}
                 Frame::CopyBothResponse | Frame::CopyData(_) => {
-                    return Err(self.framed.protocol_err("unexpected copy frame in simple query"))
+                    return Err(self
+                        .framed
+                        .protocol_err("unexpected copy frame in simple query"))
                 }
             }
         }
@@ -87,32 +101,50 @@ impl WalConnection {
 
     pub async fn identify_system(&mut self) -> Result<SystemIdentity, ReplicationError> {
         let rows = self.simple_query("IDENTIFY_SYSTEM").await?;
-        let row = rows.first().filter(|r| r.len() >= 4).ok_or_else(|| self.framed.protocol_err("IDENTIFY_SYSTEM returned no row"))?;
+        let row = rows
+            .first()
+            .filter(|r| r.len() >= 4)
+            .ok_or_else(|| self.framed.protocol_err("IDENTIFY_SYSTEM returned no row"))?;
         let field = |i: usize| row[i].clone().unwrap_or_default();
         Ok(SystemIdentity {
             system_id: field(0),
-            timeline: field(1).parse().map_err(|_| self.framed.protocol_err("bad timeline"))?,
-            xlogpos: field(2).parse().map_err(|_| self.framed.protocol_err("bad xlogpos"))?,
+            timeline: field(1)
+                .parse()
+                .map_err(|_| self.framed.protocol_err("bad timeline"))?,
+            xlogpos: field(2)
+                .parse()
+                .map_err(|_| self.framed.protocol_err("bad xlogpos"))?,
             dbname: row[3].clone(),
         })
     }
 
     /// Starts streaming. The server resumes at max(`start_lsn`, the slot's
     /// confirmed_flush_lsn), so 0/0 means "where the slot is".
-    pub async fn start_replication(mut self, opts: &StartOptions) -> Result<ReplicationStream, ReplicationError> {
+    pub async fn start_replication(
+        mut self,
+        opts: &StartOptions,
+    ) -> Result<ReplicationStream, ReplicationError> {
         validate_identifier("slot", &opts.slot).map_err(|r| self.framed.protocol_err(r))?;
         let sql = start_replication_command(opts);
-        frontend::query(&sql, &mut self.framed.write_buf).map_err(|e| self.framed.protocol_err(e.to_string()))?;
+        frontend::query(&sql, &mut self.framed.write_buf)
+            .map_err(|e| self.framed.protocol_err(e.to_string()))?;
         self.framed.flush().await?;
         loop {
             match self.framed.read_frame().await? {
-                Frame::CopyBothResponse => return Ok(ReplicationStream::new(self.framed, opts.start_lsn)),
+                Frame::CopyBothResponse => {
+                    return Ok(ReplicationStream::new(self.framed, opts.start_lsn))
+                }
                 Frame::Other(Message::ErrorResponse(body)) => {
                     let e = ServerError::from_body(&body);
                     return Err(self.framed.server_err(e));
                 }
-                Frame::Other(Message::NoticeResponse(_)) | Frame::Other(Message::ParameterStatus(_)) => {}
-                _ => return Err(self.framed.protocol_err("unexpected answer to START_REPLICATION")),
+                Frame::Other(Message::NoticeResponse(_))
+                | Frame::Other(Message::ParameterStatus(_)) => {}
+                _ => {
+                    return Err(self
+                        .framed
+                        .protocol_err("unexpected answer to START_REPLICATION"))
+                }
             }
         }
     }

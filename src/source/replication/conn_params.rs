@@ -21,6 +21,18 @@ pub enum SslMode {
     VerifyFull,
 }
 
+impl std::fmt::Display for SslMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        })
+    }
+}
+
 impl SslMode {
     fn parse(s: &str) -> Result<Self, ConnParamsError> {
         Ok(match s {
@@ -164,7 +176,10 @@ mod tests {
             ("mysql://x@h/db", "scheme"),
             ("postgresql://x@h/db?sslmode=allow", "sslmode"),
             ("postgresql://x@h/db?bogus=1", "bogus"),
-            ("postgresql://x@h/db?connect_timeout=soon", "connect_timeout"),
+            (
+                "postgresql://x@h/db?connect_timeout=soon",
+                "connect_timeout",
+            ),
         ] {
             let err = ConnParams::from_url(url).unwrap_err().to_string();
             assert!(err.contains(needle), "{url}: {err}");

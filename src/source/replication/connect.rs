@@ -30,16 +30,29 @@ pub async fn connect(params: &ConnParams) -> Result<WalConnection, ReplicationEr
     let server = params.describe();
     let fut = connect_inner(params, server.clone());
     match params.connect_timeout {
-        Some(t) => tokio::time::timeout(t, fut)
-            .await
-            .map_err(|_| ReplicationError::ConnectTimeout { server, seconds: t.as_secs() })?,
+        Some(t) => {
+            tokio::time::timeout(t, fut)
+                .await
+                .map_err(|_| ReplicationError::ConnectTimeout {
+                    server,
+                    seconds: t.as_secs(),
+                })?
+        }
         None => fut.await,
     }
 }
 
-async fn connect_inner(params: &ConnParams, server: String) -> Result<WalConnection, ReplicationError> {
-    let io_err = |source| ReplicationError::Io { server: server.clone(), source };
-    let tcp = TcpStream::connect((params.host.as_str(), params.port)).await.map_err(io_err)?;
+async fn connect_inner(
+    params: &ConnParams,
+    server: String,
+) -> Result<WalConnection, ReplicationError> {
+    let io_err = |source| ReplicationError::Io {
+        server: server.clone(),
+        source,
+    };
+    let tcp = TcpStream::connect((params.host.as_str(), params.port))
+        .await
+        .map_err(io_err)?;
     tcp.set_nodelay(true).map_err(io_err)?;
     let socket = negotiate_tls(tcp, params, &server).await?;
     let mut framed = FramedConnection::new(socket, server);
@@ -64,7 +77,8 @@ async fn connect_inner(params: &ConnParams, server: String) -> Result<WalConnect
                 let value = body.value().unwrap_or_default().to_string();
                 server_params.insert(name, value);
             }
-            Frame::Other(Message::BackendKeyData(_)) | Frame::Other(Message::NoticeResponse(_)) => {}
+            Frame::Other(Message::BackendKeyData(_)) | Frame::Other(Message::NoticeResponse(_)) => {
+            }
             Frame::Other(Message::ReadyForQuery(_)) => break,
             Frame::Other(Message::ErrorResponse(body)) => {
                 return Err(framed.server_err(ServerError::from_body(&body)));
@@ -72,7 +86,10 @@ async fn connect_inner(params: &ConnParams, server: String) -> Result<WalConnect
             _ => return Err(framed.protocol_err("unexpected message before ReadyForQuery")),
         }
     }
-    Ok(WalConnection { framed, server_params })
+    Ok(WalConnection {
+        framed,
+        server_params,
+    })
 }
 
 async fn negotiate_tls(
@@ -83,7 +100,10 @@ async fn negotiate_tls(
     let Some(config) = tls::client_config(params)? else {
         return Ok(Box::new(tcp));
     };
-    let io_err = |source| ReplicationError::Io { server: server.to_string(), source };
+    let io_err = |source| ReplicationError::Io {
+        server: server.to_string(),
+        source,
+    };
     let mut buf = bytes::BytesMut::new();
     frontend::ssl_request(&mut buf);
     tcp.write_all(&buf).await.map_err(io_err)?;
@@ -95,7 +115,7 @@ async fn negotiate_tls(
             return Err(ReplicationError::Tls {
                 server: server.to_string(),
                 reason: format!(
-                    "the server does not accept TLS but postgres.url asks for sslmode={:?}; enable ssl on the server or lower sslmode",
+                    "the server does not accept TLS but postgres.url asks for sslmode={}; enable ssl on the server or lower sslmode",
                     params.sslmode
                 ),
             })
@@ -109,14 +129,23 @@ async fn negotiate_tls(
     }
     let name = tls::server_name(&params.host)?;
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(&config));
-    let stream = connector.connect(name, tcp).await.map_err(|e| ReplicationError::Tls {
-        server: server.to_string(),
-        reason: format!("{e} (sslmode={:?}, sslrootcert={:?})", params.sslmode, params.sslrootcert),
-    })?;
+    let stream = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| ReplicationError::Tls {
+            server: server.to_string(),
+            reason: format!(
+                "{e} (sslmode={}, sslrootcert={:?})",
+                params.sslmode, params.sslrootcert
+            ),
+        })?;
     Ok(Box::new(stream))
 }
 
-async fn authenticate(framed: &mut FramedConnection, params: &ConnParams) -> Result<(), ReplicationError> {
+async fn authenticate(
+    framed: &mut FramedConnection,
+    params: &ConnParams,
+) -> Result<(), ReplicationError> {
     let auth_err = |reason: String| ReplicationError::Auth {
         user: params.user.clone(),
         server: format!("{}:{}", params.host, params.port),

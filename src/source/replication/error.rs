@@ -18,7 +18,11 @@ pub struct ServerError {
 
 impl std::fmt::Display for ServerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {} (SQLSTATE {})", self.severity, self.message, self.code)?;
+        write!(
+            f,
+            "{}: {} (SQLSTATE {})",
+            self.severity, self.message, self.code
+        )?;
         if let Some(d) = &self.detail {
             write!(f, "; detail: {d}")?;
         }
@@ -70,9 +74,16 @@ pub enum ReplicationError {
     #[error("TLS with {server} failed: {reason}")]
     Tls { server: String, reason: String },
     #[error("authentication of user {user:?} at {server} failed: {reason}")]
-    Auth { user: String, server: String, reason: String },
+    Auth {
+        user: String,
+        server: String,
+        reason: String,
+    },
     #[error("{server}: {error}")]
-    Server { server: String, error: ServerError },
+    Server {
+        server: String,
+        error: Box<ServerError>,
+    },
     #[error("protocol error from {server}: {reason}")]
     Protocol { server: String, reason: String },
     #[error("{server} closed the replication connection")]
@@ -84,12 +95,15 @@ impl ReplicationError {
     /// opposed to configuration the user must fix.
     pub fn is_retryable(&self) -> bool {
         match self {
-            ReplicationError::Io { .. } | ReplicationError::ConnectTimeout { .. } | ReplicationError::Closed { .. } => {
-                true
-            }
+            ReplicationError::Io { .. }
+            | ReplicationError::ConnectTimeout { .. }
+            | ReplicationError::Closed { .. } => true,
             // 57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now, 53300 too many connections
             ReplicationError::Server { error, .. } => {
-                matches!(error.code.as_str(), "57P01" | "57P02" | "57P03" | "53300" | "08006" | "08003")
+                matches!(
+                    error.code.as_str(),
+                    "57P01" | "57P02" | "57P03" | "53300" | "08006" | "08003"
+                )
             }
             _ => false,
         }

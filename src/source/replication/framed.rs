@@ -50,15 +50,24 @@ impl FramedConnection {
     }
 
     fn io_err(&self, source: std::io::Error) -> ReplicationError {
-        ReplicationError::Io { server: self.server.clone(), source }
+        ReplicationError::Io {
+            server: self.server.clone(),
+            source,
+        }
     }
 
     pub(crate) fn protocol_err(&self, reason: impl Into<String>) -> ReplicationError {
-        ReplicationError::Protocol { server: self.server.clone(), reason: reason.into() }
+        ReplicationError::Protocol {
+            server: self.server.clone(),
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn server_err(&self, error: ServerError) -> ReplicationError {
-        ReplicationError::Server { server: self.server.clone(), error }
+        ReplicationError::Server {
+            server: self.server.clone(),
+            error: Box::new(error),
+        }
     }
 
     /// Reads the next frame. Cancel-safe.
@@ -67,9 +76,15 @@ impl FramedConnection {
             if let Some(frame) = self.try_split_frame()? {
                 return Ok(frame);
             }
-            let n = self.socket.read_buf(&mut self.read_buf).await.map_err(|e| self.io_err(e))?;
+            let n = self
+                .socket
+                .read_buf(&mut self.read_buf)
+                .await
+                .map_err(|e| self.io_err(e))?;
             if n == 0 {
-                return Err(ReplicationError::Closed { server: self.server.clone() });
+                return Err(ReplicationError::Closed {
+                    server: self.server.clone(),
+                });
             }
         }
     }
@@ -80,9 +95,16 @@ impl FramedConnection {
             return Ok(None);
         }
         let tag = self.read_buf[0];
-        let len = u32::from_be_bytes([self.read_buf[1], self.read_buf[2], self.read_buf[3], self.read_buf[4]]) as usize;
+        let len = u32::from_be_bytes([
+            self.read_buf[1],
+            self.read_buf[2],
+            self.read_buf[3],
+            self.read_buf[4],
+        ]) as usize;
         if !(4..=MAX_FRAME_LEN).contains(&len) {
-            return Err(self.protocol_err(format!("frame {:?} with invalid length {len}", tag as char)));
+            return Err(
+                self.protocol_err(format!("frame {:?} with invalid length {len}", tag as char))
+            );
         }
         let total = len + 1;
         if self.read_buf.len() < total {
@@ -102,7 +124,9 @@ impl FramedConnection {
             _ => match Message::parse(&mut self.read_buf) {
                 Ok(Some(msg)) => Ok(Some(Frame::Other(msg))),
                 Ok(None) => Err(self.protocol_err("incomplete frame after length check")),
-                Err(e) => Err(self.protocol_err(format!("unparseable {:?} frame: {e}", tag as char))),
+                Err(e) => {
+                    Err(self.protocol_err(format!("unparseable {:?} frame: {e}", tag as char)))
+                }
             },
         }
     }
@@ -111,7 +135,10 @@ impl FramedConnection {
     /// `select!` branch condition.
     pub async fn flush(&mut self) -> Result<(), ReplicationError> {
         let buf = self.write_buf.split();
-        self.socket.write_all(&buf).await.map_err(|e| self.io_err(e))?;
+        self.socket
+            .write_all(&buf)
+            .await
+            .map_err(|e| self.io_err(e))?;
         self.socket.flush().await.map_err(|e| self.io_err(e))
     }
 

@@ -14,7 +14,11 @@ const PG_EPOCH_UNIX_SECS: u64 = 946_684_800;
 pub enum ServerMessage {
     /// One pgoutput message and the WAL range it came from. `wal_start` may be
     /// 0/0 (Relation messages) and is not monotonic.
-    XLogData { wal_start: Lsn, wal_end: Lsn, data: Bytes },
+    XLogData {
+        wal_start: Lsn,
+        wal_end: Lsn,
+        data: Bytes,
+    },
     /// `wal_end` is the server's current end of WAL.
     Keepalive { wal_end: Lsn, reply_requested: bool },
 }
@@ -39,20 +43,33 @@ pub fn parse_server_message(mut frame: Bytes) -> Result<ServerMessage, ServerMes
         b'w' => {
             // wal_start, wal_end, server clock: 3 × 8 bytes.
             if frame.len() < 24 {
-                return Err(ServerMessageError::Truncated { kind: "XLogData", len });
+                return Err(ServerMessageError::Truncated {
+                    kind: "XLogData",
+                    len,
+                });
             }
             let wal_start = Lsn(frame.get_u64());
             let wal_end = Lsn(frame.get_u64());
             let _server_time = frame.get_i64();
-            Ok(ServerMessage::XLogData { wal_start, wal_end, data: frame })
+            Ok(ServerMessage::XLogData {
+                wal_start,
+                wal_end,
+                data: frame,
+            })
         }
         b'k' => {
             if frame.len() != 17 {
-                return Err(ServerMessageError::Truncated { kind: "keepalive", len });
+                return Err(ServerMessageError::Truncated {
+                    kind: "keepalive",
+                    len,
+                });
             }
             let wal_end = Lsn(frame.get_u64());
             let _server_time = frame.get_i64();
-            Ok(ServerMessage::Keepalive { wal_end, reply_requested: frame.get_u8() == 1 })
+            Ok(ServerMessage::Keepalive {
+                wal_end,
+                reply_requested: frame.get_u8() == 1,
+            })
         }
         tag => Err(ServerMessageError::UnknownTag(tag)),
     }
@@ -61,7 +78,12 @@ pub fn parse_server_message(mut frame: Bytes) -> Result<ServerMessage, ServerMes
 /// Encodes a standby status update. PostgreSQL treats `flush` as the
 /// confirmed position of a logical slot; write and apply are informational,
 /// so all three carry the same value.
-pub fn encode_status_update(position: Lsn, reply_requested: bool, now_pg_us: i64, out: &mut BytesMut) {
+pub fn encode_status_update(
+    position: Lsn,
+    reply_requested: bool,
+    now_pg_us: i64,
+    out: &mut BytesMut,
+) {
     out.put_u8(b'r');
     out.put_u64(position.0);
     out.put_u64(position.0);
@@ -72,7 +94,9 @@ pub fn encode_status_update(position: Lsn, reply_requested: bool, now_pg_us: i64
 
 /// Now, in microseconds since 2000-01-01, the clock of the protocol.
 pub fn pg_now_us() -> i64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     now.as_micros() as i64 - (PG_EPOCH_UNIX_SECS as i64) * 1_000_000
 }
 
@@ -90,7 +114,14 @@ mod tests {
         b.put_slice(b"Bpayload");
         let frame = b.freeze();
         let msg = parse_server_message(frame.clone()).unwrap();
-        let ServerMessage::XLogData { wal_start, wal_end, data } = msg else { panic!("not XLogData") };
+        let ServerMessage::XLogData {
+            wal_start,
+            wal_end,
+            data,
+        } = msg
+        else {
+            panic!("not XLogData")
+        };
         assert_eq!((wal_start, wal_end), (Lsn(0x10), Lsn(0x20)));
         assert_eq!(&data[..], b"Bpayload");
         assert_eq!(data.as_ptr(), frame[25..].as_ptr());
@@ -105,7 +136,10 @@ mod tests {
         b.put_u8(1);
         assert_eq!(
             parse_server_message(b.freeze()).unwrap(),
-            ServerMessage::Keepalive { wal_end: Lsn(0xABCDEF), reply_requested: true }
+            ServerMessage::Keepalive {
+                wal_end: Lsn(0xABCDEF),
+                reply_requested: true
+            }
         );
     }
 
@@ -120,7 +154,10 @@ mod tests {
         for n in 0..full.len() {
             assert!(parse_server_message(full.slice(..n)).is_err(), "prefix {n}");
         }
-        assert_eq!(parse_server_message(Bytes::from_static(b"x")), Err(ServerMessageError::UnknownTag(b'x')));
+        assert_eq!(
+            parse_server_message(Bytes::from_static(b"x")),
+            Err(ServerMessageError::UnknownTag(b'x'))
+        );
         assert!(parse_server_message(Bytes::from_static(b"w123")).is_err());
     }
 

@@ -31,7 +31,12 @@ pub struct ReplicationStream {
 
 impl ReplicationStream {
     pub(crate) fn new(framed: FramedConnection, start: Lsn) -> Self {
-        ReplicationStream { framed, sent: start, last_status_at: Instant::now(), received: start }
+        ReplicationStream {
+            framed,
+            sent: start,
+            last_status_at: Instant::now(),
+            received: start,
+        }
     }
 
     /// Next message from the server. Cancel-safe.
@@ -39,9 +44,12 @@ impl ReplicationStream {
         loop {
             match self.framed.read_frame().await? {
                 Frame::CopyData(data) => {
-                    let msg = parse_server_message(data).map_err(|e| self.framed.protocol_err(e.to_string()))?;
+                    let msg = parse_server_message(data)
+                        .map_err(|e| self.framed.protocol_err(e.to_string()))?;
                     let end = match &msg {
-                        ServerMessage::XLogData { wal_start, wal_end, .. } => (*wal_start).max(*wal_end),
+                        ServerMessage::XLogData {
+                            wal_start, wal_end, ..
+                        } => (*wal_start).max(*wal_end),
                         ServerMessage::Keepalive { wal_end, .. } => *wal_end,
                     };
                     self.received = self.received.max(end);
@@ -52,11 +60,16 @@ impl ReplicationStream {
                 }
                 // The server ends the stream (shutdown, or slot dropped).
                 Frame::Other(Message::CopyDone) => {
-                    return Err(ReplicationError::Closed { server: self.framed.server.clone() })
+                    return Err(ReplicationError::Closed {
+                        server: self.framed.server.clone(),
+                    })
                 }
-                Frame::Other(Message::NoticeResponse(_)) | Frame::Other(Message::ParameterStatus(_)) => {}
+                Frame::Other(Message::NoticeResponse(_))
+                | Frame::Other(Message::ParameterStatus(_)) => {}
                 Frame::Other(_) | Frame::CopyBothResponse => {
-                    return Err(self.framed.protocol_err("unexpected message in replication stream"))
+                    return Err(self
+                        .framed
+                        .protocol_err("unexpected message in replication stream"))
                 }
             }
         }
@@ -65,7 +78,11 @@ impl ReplicationStream {
     /// Sends a standby status update confirming `confirmed` (clamped so the
     /// reported position never decreases). Not cancel-safe: call it from a
     /// handler body, not as a `select!` branch.
-    pub async fn send_status(&mut self, confirmed: Lsn, reply_requested: bool) -> Result<(), ReplicationError> {
+    pub async fn send_status(
+        &mut self,
+        confirmed: Lsn,
+        reply_requested: bool,
+    ) -> Result<(), ReplicationError> {
         self.sent = self.sent.max(confirmed);
         let mut buf = BytesMut::with_capacity(34);
         encode_status_update(self.sent, reply_requested, pg_now_us(), &mut buf);

@@ -12,13 +12,17 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
 
 use super::conn_params::{ConnParams, SslMode};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsConfigError {
-    #[error("sslmode={mode} needs a CA certificate: add sslrootcert=/path/to/ca.pem to postgres.url")]
+    #[error(
+        "sslmode={mode} needs a CA certificate: add sslrootcert=/path/to/ca.pem to postgres.url"
+    )]
     MissingRootCert { mode: &'static str },
     #[error("cannot read sslrootcert {path}: {reason}")]
     RootCert { path: String, reason: String },
@@ -34,16 +38,27 @@ fn provider() -> Arc<CryptoProvider> {
 
 /// The rustls client config for `params`, or `None` for `sslmode=disable`.
 pub fn client_config(params: &ConnParams) -> Result<Option<Arc<ClientConfig>>, TlsConfigError> {
-    let builder = ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let builder =
+        ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let verifier: Arc<dyn ServerCertVerifier> = match params.sslmode {
         SslMode::Disable => return Ok(None),
         SslMode::Prefer | SslMode::Require => Arc::new(AcceptAnyServer(provider())),
         SslMode::VerifyCa | SslMode::VerifyFull => {
-            let mode = if params.sslmode == SslMode::VerifyCa { "verify-ca" } else { "verify-full" };
-            let path = params.sslrootcert.as_deref().ok_or(TlsConfigError::MissingRootCert { mode })?;
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(load_roots(path)?), provider())
-                .build()
-                .map_err(|e| TlsConfigError::Verifier(e.to_string()))?;
+            let mode = if params.sslmode == SslMode::VerifyCa {
+                "verify-ca"
+            } else {
+                "verify-full"
+            };
+            let path = params
+                .sslrootcert
+                .as_deref()
+                .ok_or(TlsConfigError::MissingRootCert { mode })?;
+            let webpki = WebPkiServerVerifier::builder_with_provider(
+                Arc::new(load_roots(path)?),
+                provider(),
+            )
+            .build()
+            .map_err(|e| TlsConfigError::Verifier(e.to_string()))?;
             if params.sslmode == SslMode::VerifyCa {
                 Arc::new(ChainOnly(webpki))
             } else {
@@ -51,17 +66,24 @@ pub fn client_config(params: &ConnParams) -> Result<Option<Arc<ClientConfig>>, T
             }
         }
     };
-    let config = builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth();
+    let config = builder
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
     Ok(Some(Arc::new(config)))
 }
 
 /// The name rustls should check; an IP literal becomes an IP server name.
 pub fn server_name(host: &str) -> Result<ServerName<'static>, TlsConfigError> {
-    ServerName::try_from(host.to_string()).map_err(|e| TlsConfigError::Verifier(format!("host {host:?}: {e}")))
+    ServerName::try_from(host.to_string())
+        .map_err(|e| TlsConfigError::Verifier(format!("host {host:?}: {e}")))
 }
 
 fn load_roots(path: &Path) -> Result<RootCertStore, TlsConfigError> {
-    let err = |reason: String| TlsConfigError::RootCert { path: path.display().to_string(), reason };
+    let err = |reason: String| TlsConfigError::RootCert {
+        path: path.display().to_string(),
+        reason,
+    };
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
         .map_err(|e| err(e.to_string()))?
         .collect::<Result<_, _>>()
@@ -98,7 +120,12 @@ impl ServerCertVerifier for AcceptAnyServer {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -107,7 +134,12 @@ impl ServerCertVerifier for AcceptAnyServer {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -128,7 +160,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),

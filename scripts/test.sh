@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting and lints, unit and property tests, and the
+# integration suite against real PostgreSQL and Kafka servers it starts
+# itself; then the PostgreSQL source suite again on PostgreSQL 14, 16, 17, 18.
+#
+#   scripts/test.sh            everything
+#   OUTBOXD_PG_VERSIONS="16"   limit the extra PostgreSQL versions ("" = none)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$SECONDS
+
+scripts/setup.sh
+
+echo "== format and lints"
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
+
+echo "== unit, property and integration tests (PostgreSQL 15)"
+cargo test --locked
+
+for v in ${OUTBOXD_PG_VERSIONS-14 16 17 18}; do
+  echo "== source suite on PostgreSQL $v"
+  scripts/postgres.sh bin "$v" >/dev/null
+  OUTBOXD_TEST_PG_VERSION=$v cargo test --locked --test main source::
+done
+
+echo "== all tests passed in $((SECONDS - started)) s"

@@ -1,0 +1,229 @@
+//! `[kafka]`: the producer side. Anything librdkafka understands goes in
+//! `[kafka.properties]`; only what outboxd itself acts on has a typed key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+use crate::config::error::ConfigError;
+
+/// Create missing topics by default: it makes a first run against a dev
+/// broker just work. Production clusters usually turn it off.
+pub const DEFAULT_CREATE_TOPICS: bool = true;
+/// One partition for created topics: per-aggregate ordering holds with any
+/// count, but one is the only value that is right for a single-broker dev
+/// setup; size real topics explicitly.
+pub const DEFAULT_TOPIC_PARTITIONS: i32 = 1;
+/// Replication factor 1 for created topics, again so a single dev broker
+/// accepts it. Use -1 (broker default) or 3 in production.
+pub const DEFAULT_TOPIC_REPLICATION_FACTOR: i32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// `host:port[,host:port...]` (librdkafka `bootstrap.servers`). Optional
+    /// here because subcommands such as slot management need no Kafka; the
+    /// relay checks it with [`crate::config::Config::validate_for_relay`].
+    pub brokers: Option<String>,
+    pub create_topics: bool,
+    /// Partitions for topics outboxd creates; -1 = broker default.
+    pub topic_partitions: i32,
+    /// Replication factor for topics outboxd creates; -1 = broker default.
+    pub topic_replication_factor: i32,
+    /// librdkafka properties, passed through. Values may be written as TOML
+    /// strings, integers or booleans; dotted keys may be quoted
+    /// (`"security.protocol" = "SSL"`) or bare (`security.protocol = "SSL"`,
+    /// which TOML reads as a nested table and we flatten back).
+    #[serde(deserialize_with = "de_properties")]
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: None,
+            create_topics: DEFAULT_CREATE_TOPICS,
+            topic_partitions: DEFAULT_TOPIC_PARTITIONS,
+            topic_replication_factor: DEFAULT_TOPIC_REPLICATION_FACTOR,
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+impl KafkaConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(b) = &self.brokers {
+            if b.split(',').any(|s| s.trim().is_empty()) {
+                return Err(ConfigError::invalid(
+                    "kafka.brokers",
+                    format!("`{b}` has an empty entry; write host:port[,host:port...]"),
+                ));
+            }
+        }
+        for (key, n) in [
+            ("kafka.topic_partitions", self.topic_partitions),
+            (
+                "kafka.topic_replication_factor",
+                self.topic_replication_factor,
+            ),
+        ] {
+            if n == 0 || n < -1 {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("must be at least 1, or -1 for the broker default; got {n}"),
+                ));
+            }
+        }
+        if self.properties.contains_key("bootstrap.servers") {
+            return Err(ConfigError::invalid(
+                "kafka.properties.\"bootstrap.servers\"",
+                "set the brokers with kafka.brokers instead, so there is one place to look",
+            ));
+        }
+        if let Some((k, _)) = self.properties.iter().find(|(k, _)| k.is_empty()) {
+            return Err(ConfigError::invalid(
+                format!("kafka.properties.\"{k}\""),
+                "empty property name",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Stricter checks for running the relay, which needs a broker.
+    pub fn validate_for_relay(&self) -> Result<(), ConfigError> {
+        match self.brokers.as_deref() {
+            Some(b) if !b.trim().is_empty() => Ok(()),
+            _ => Err(ConfigError::invalid(
+                "kafka.brokers",
+                "required to run the relay; set it to host:port[,host:port...], e.g. \"127.0.0.1:9092\"",
+            )),
+        }
+    }
+}
+
+fn de_properties<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let tree = PropertyTree::deserialize(d)?;
+    let mut out = BTreeMap::new();
+    tree.flatten_into("", &mut out);
+    Ok(out)
+}
+
+/// A `[kafka.properties]` value before flattening.
+enum PropertyTree {
+    Leaf(String),
+    Table(Vec<(String, PropertyTree)>),
+}
+
+impl PropertyTree {
+    fn flatten_into(self, prefix: &str, out: &mut BTreeMap<String, String>) {
+        match self {
+            PropertyTree::Leaf(v) => {
+                out.insert(prefix.to_owned(), v);
+            }
+            PropertyTree::Table(entries) => {
+                for (k, v) in entries {
+                    let key = if prefix.is_empty() {
+                        k
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    v.flatten_into(&key, out);
+                }
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PropertyTree {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(PropertyVisitor)
+    }
+}
+
+struct PropertyVisitor;
+
+impl<'de> Visitor<'de> for PropertyVisitor {
+    type Value = PropertyTree;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a librdkafka property value: a string, integer or boolean")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<PropertyTree, E> {
+        Ok(PropertyTree::Leaf(v.to_owned()))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<PropertyTree, E> {
+        Ok(PropertyTree::Leaf(v.to_string()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<PropertyTree, E> {
+        Ok(PropertyTree::Leaf(v.to_string()))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<PropertyTree, E> {
+        Ok(PropertyTree::Leaf(v.to_string()))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PropertyTree, A::Error> {
+        let mut entries = Vec::new();
+        while let Some((k, v)) = map.next_entry::<String, PropertyTree>()? {
+            entries.push((k, v));
+        }
+        Ok(PropertyTree::Table(entries))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<KafkaConfig, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    #[test]
+    fn properties_accept_scalars_and_flatten_dotted_keys() {
+        let k = parse(
+            r#"
+            [properties]
+            "security.protocol" = "SSL"
+            linger.ms = 5
+            enable.idempotence = true
+            "#,
+        )
+        .unwrap();
+        let got: Vec<(&str, &str)> = k
+            .properties
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("enable.idempotence", "true"),
+                ("linger.ms", "5"),
+                ("security.protocol", "SSL")
+            ]
+        );
+    }
+
+    #[test]
+    fn properties_reject_other_types() {
+        let err = parse("[properties]\nx = 1.5").unwrap_err().to_string();
+        assert!(err.contains("string, integer or boolean"), "{err}");
+        assert!(parse("[properties]\nx = [1]").is_err());
+    }
+
+    #[test]
+    fn bootstrap_servers_in_properties_is_rejected() {
+        let k = parse("[properties]\n\"bootstrap.servers\" = \"b:9092\"").unwrap();
+        assert!(k
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("kafka.brokers"));
+    }
+}

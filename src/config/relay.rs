@@ -1,0 +1,110 @@
+//! `[relay]`: flow control, failure policy and timing of the pipeline.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::error::ConfigError;
+use crate::config::routing::validate_topic_name;
+use crate::config::units::{de_duration, de_size};
+
+/// Events read but not yet acknowledged by Kafka. 10k keeps librdkafka's
+/// batches full at thousands of events/s while bounding how much is replayed
+/// after a crash (progress is only confirmed once Kafka acknowledges).
+pub const DEFAULT_MAX_IN_FLIGHT_EVENTS: usize = 10_000;
+/// Bytes of payload in flight. 64 MiB caps memory when payloads are large,
+/// fitting comfortably in a 256 MiB container, whichever limit is hit first.
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u64 = 64 << 20;
+/// Time allowed on shutdown to drain in-flight events. 30s is Kubernetes'
+/// default grace period; being cut off is safe (unacknowledged events are
+/// re-read), it only means more duplicates.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// First reconnect delay: short enough to ride out a failover quickly.
+pub const DEFAULT_RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(500);
+/// Longest reconnect delay: bounds time-to-recover after a long outage
+/// without hammering a database that is coming back up.
+pub const DEFAULT_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RelayConfig {
+    pub max_in_flight_events: usize,
+    #[serde(deserialize_with = "de_size")]
+    pub max_in_flight_bytes: u64,
+    pub on_error: OnError,
+    /// Where undeliverable events go when `on_error = "dead_letter"`.
+    pub dead_letter_topic: Option<String>,
+    #[serde(deserialize_with = "de_duration")]
+    pub shutdown_timeout: Duration,
+    #[serde(deserialize_with = "de_duration")]
+    pub reconnect_backoff_min: Duration,
+    #[serde(deserialize_with = "de_duration")]
+    pub reconnect_backoff_max: Duration,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            max_in_flight_events: DEFAULT_MAX_IN_FLIGHT_EVENTS,
+            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
+            on_error: OnError::default(),
+            dead_letter_topic: None,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            reconnect_backoff_min: DEFAULT_RECONNECT_BACKOFF_MIN,
+            reconnect_backoff_max: DEFAULT_RECONNECT_BACKOFF_MAX,
+        }
+    }
+}
+
+/// What to do with an event that cannot be routed or produced (bad topic
+/// value, message too large, ...).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Stop without confirming past the event, so nothing is skipped silently;
+    /// the default because an outbox promises delivery.
+    #[default]
+    Stop,
+    /// Send it to `dead_letter_topic` and carry on.
+    DeadLetter,
+}
+
+impl RelayConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_in_flight_events == 0 {
+            return Err(ConfigError::invalid(
+                "relay.max_in_flight_events",
+                format!("must be at least 1 (default {DEFAULT_MAX_IN_FLIGHT_EVENTS})"),
+            ));
+        }
+        if self.max_in_flight_bytes == 0 {
+            return Err(ConfigError::invalid(
+                "relay.max_in_flight_bytes",
+                "must be greater than zero, e.g. \"64MiB\"",
+            ));
+        }
+        if self.reconnect_backoff_min.is_zero() {
+            return Err(ConfigError::invalid(
+                "relay.reconnect_backoff_min",
+                "must be greater than zero, e.g. \"500ms\", so reconnects do not spin",
+            ));
+        }
+        if self.reconnect_backoff_min > self.reconnect_backoff_max {
+            return Err(ConfigError::invalid(
+                "relay.reconnect_backoff_min",
+                format!(
+                    "{:?} is greater than relay.reconnect_backoff_max ({:?}); lower it or raise the maximum",
+                    self.reconnect_backoff_min, self.reconnect_backoff_max
+                ),
+            ));
+        }
+        match (self.on_error, self.dead_letter_topic.as_deref()) {
+            (OnError::DeadLetter, None) => Err(ConfigError::invalid(
+                "relay.dead_letter_topic",
+                "required when relay.on_error = \"dead_letter\"; set it, e.g. \"outbox.dlq\", or use on_error = \"stop\"",
+            )),
+            (_, Some(topic)) => validate_topic_name("relay.dead_letter_topic", topic),
+            (OnError::Stop, None) => Ok(()),
+        }
+    }
+}

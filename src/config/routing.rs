@@ -1,0 +1,274 @@
+//! `[routing]`: which topic each event goes to, what the record value is, and
+//! which columns become headers.
+//!
+//! Topic templates use `${role}` (a column role from `[outbox.columns]`, e.g.
+//! `${aggregate_type}`) or `${column:<name>}` (any column of the table). These
+//! are lower-case, so config-level `${ENV_VAR}` substitution (upper-case only)
+//! leaves them alone.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::config::error::ConfigError;
+use crate::config::outbox::{ColumnsConfig, COLUMN_ROLES};
+
+/// Debezium's outbox event router default (`outbox.event.<aggregatetype>`),
+/// so consumers migrating from Debezium keep their topics.
+pub const DEFAULT_TOPIC: &str = "outbox.event.${aggregate_type}";
+/// Kafka rejects longer topic names.
+pub const MAX_TOPIC_LEN: usize = 249;
+
+/// The headers Debezium's router adds by default, keyed by header name.
+pub fn default_additional_headers() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("eventType".to_owned(), "event_type".to_owned()),
+        ("aggregateType".to_owned(), "aggregate_type".to_owned()),
+    ])
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoutingConfig {
+    /// Topic template used when no rule matches.
+    pub topic: String,
+    pub value: ValueFormat,
+    /// Send a tombstone (null value) when the payload is NULL or empty, for
+    /// log-compacted topics. Off by default: deleting a key is a strong act
+    /// that an empty payload should not trigger by accident.
+    pub tombstone_on_empty_payload: bool,
+    /// Header name -> column role or column name. Replaces the default map
+    /// wholesale when given (`{}` = no extra headers).
+    pub additional_headers: BTreeMap<String, String>,
+    /// Ordered overrides of `topic`; the first matching rule wins.
+    pub rules: Vec<RoutingRule>,
+}
+
+impl Default for RoutingConfig {
+    fn default() -> Self {
+        RoutingConfig {
+            topic: DEFAULT_TOPIC.to_owned(),
+            value: ValueFormat::default(),
+            tombstone_on_empty_payload: false,
+            additional_headers: default_additional_headers(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+/// What the Kafka record value holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueFormat {
+    /// The payload column as-is: what Debezium's router emits, and what
+    /// consumers of an outbox usually want.
+    #[default]
+    Payload,
+    /// A JSON envelope wrapping the payload with the event's metadata, for
+    /// consumers that want it without reading headers. The sink defines the
+    /// exact shape.
+    Envelope,
+}
+
+/// One routing override. Set matchers must all match; at least one is needed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoutingRule {
+    /// Matches this event type exactly.
+    pub event_type: Option<String>,
+    /// Matches event types starting with this.
+    pub event_type_prefix: Option<String>,
+    /// Matches this aggregate type exactly.
+    pub aggregate_type: Option<String>,
+    /// Topic template for matching events.
+    pub topic: String,
+}
+
+impl RoutingRule {
+    pub fn matches(&self, event_type: &str, aggregate_type: &str) -> bool {
+        self.event_type.as_deref().map_or(true, |e| e == event_type)
+            && self
+                .event_type_prefix
+                .as_deref()
+                .map_or(true, |p| event_type.starts_with(p))
+            && self
+                .aggregate_type
+                .as_deref()
+                .map_or(true, |a| a == aggregate_type)
+    }
+}
+
+impl RoutingConfig {
+    /// The topic template for an event: the first matching rule's, else `topic`.
+    pub fn topic_template_for(&self, event_type: &str, aggregate_type: &str) -> &str {
+        self.rules
+            .iter()
+            .find(|r| r.matches(event_type, aggregate_type))
+            .map_or(&self.topic, |r| &r.topic)
+    }
+
+    pub fn validate(&self, columns: &ColumnsConfig) -> Result<(), ConfigError> {
+        validate_template("routing.topic", &self.topic, columns)?;
+        for (name, source) in &self.additional_headers {
+            let key = format!("routing.additional_headers.{name}");
+            if name.is_empty() {
+                return Err(ConfigError::invalid(key, "header name must not be empty"));
+            }
+            if source.is_empty() {
+                return Err(ConfigError::invalid(
+                    key,
+                    "must name a column role (e.g. \"event_type\") or a column; remove the entry to drop the header",
+                ));
+            }
+        }
+        for (i, rule) in self.rules.iter().enumerate() {
+            let at = |field: &str| format!("routing.rules[{i}].{field}");
+            if rule.event_type.is_none()
+                && rule.event_type_prefix.is_none()
+                && rule.aggregate_type.is_none()
+            {
+                return Err(ConfigError::invalid(
+                    format!("routing.rules[{i}]"),
+                    "has no matcher; set event_type, event_type_prefix or aggregate_type (for a catch-all, change routing.topic)",
+                ));
+            }
+            if rule.event_type.is_some() && rule.event_type_prefix.is_some() {
+                return Err(ConfigError::invalid(
+                    at("event_type_prefix"),
+                    "cannot be combined with event_type in one rule; keep one of them",
+                ));
+            }
+            for (field, v) in [
+                ("event_type", &rule.event_type),
+                ("event_type_prefix", &rule.event_type_prefix),
+                ("aggregate_type", &rule.aggregate_type),
+            ] {
+                if v.as_deref() == Some("") {
+                    return Err(ConfigError::invalid(
+                        at(field),
+                        "is empty; remove it to match any value",
+                    ));
+                }
+            }
+            validate_template(&at("topic"), &rule.topic, columns)?;
+        }
+        Ok(())
+    }
+}
+
+/// The column a header source or role refers to: a role name configured in
+/// `[outbox.columns]` maps to its column, anything else is a column name.
+pub fn resolve_column<'a>(columns: &'a ColumnsConfig, source: &'a str) -> &'a str {
+    columns.column_for_role(source).unwrap_or(source)
+}
+
+/// A piece of a parsed topic template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplatePart<'a> {
+    Literal(&'a str),
+    /// `${aggregate_type}`: the column playing that role.
+    Role(&'a str),
+    /// `${column:tenant}`: the named column.
+    Column(&'a str),
+}
+
+/// Splits a topic template into parts, checking placeholders are terminated
+/// and well-formed and literal parts use only characters Kafka allows in
+/// topic names (letters, digits, `.`, `_`, `-`).
+pub fn parse_template(template: &str) -> Result<Vec<TemplatePart<'_>>, String> {
+    let mut parts = Vec::new();
+    let mut rest = template;
+    while !rest.is_empty() {
+        let lit_end = rest.find("${").unwrap_or(rest.len());
+        let lit = &rest[..lit_end];
+        if let Some(c) = lit
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        {
+            return Err(format!(
+                "`{template}` contains `{c}`; topic names allow only letters, digits, '.', '_' and '-' \
+                 outside ${{...}} placeholders"
+            ));
+        }
+        if !lit.is_empty() {
+            parts.push(TemplatePart::Literal(lit));
+        }
+        rest = &rest[lit_end..];
+        if rest.is_empty() {
+            break;
+        }
+        let Some(close) = rest.find('}') else {
+            return Err(format!(
+                "`{template}` has an unterminated `${{`; close the placeholder with `}}`"
+            ));
+        };
+        let inner = &rest[2..close];
+        let part = match inner.strip_prefix("column:") {
+            Some(col) if !col.is_empty() && !col.contains("${") => TemplatePart::Column(col),
+            Some(_) => return Err(format!("`{template}`: `${{{inner}}}` needs a column name, e.g. ${{column:tenant}}")),
+            None if COLUMN_ROLES.contains(&inner) => TemplatePart::Role(inner),
+            None => {
+                return Err(format!(
+                    "`{template}`: unknown placeholder `${{{inner}}}`; use ${{column:<name>}} or a role: {}",
+                    COLUMN_ROLES.join(", ")
+                ))
+            }
+        };
+        parts.push(part);
+        rest = &rest[close + 1..];
+    }
+    Ok(parts)
+}
+
+fn validate_template(
+    key: &str,
+    template: &str,
+    columns: &ColumnsConfig,
+) -> Result<(), ConfigError> {
+    if template.is_empty() {
+        return Err(ConfigError::invalid(
+            key,
+            format!("must not be empty; e.g. \"{DEFAULT_TOPIC}\""),
+        ));
+    }
+    let parts = parse_template(template).map_err(|r| ConfigError::invalid(key, r))?;
+    for part in &parts {
+        if let TemplatePart::Role(role) = part {
+            if columns.column_for_role(role).is_none() {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("uses ${{{role}}} but outbox.columns.{role} is empty; set that column or change the template"),
+                ));
+            }
+        }
+    }
+    if parts.iter().all(|p| matches!(p, TemplatePart::Literal(_))) && template.len() > MAX_TOPIC_LEN
+    {
+        return Err(ConfigError::invalid(
+            key,
+            format!("topic names are at most {MAX_TOPIC_LEN} characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a plain (non-template) topic name, e.g. the dead-letter topic.
+pub fn validate_topic_name(key: &str, topic: &str) -> Result<(), ConfigError> {
+    let ok = !topic.is_empty()
+        && topic.len() <= MAX_TOPIC_LEN
+        && topic != "."
+        && topic != ".."
+        && topic
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            key,
+            format!(
+                "`{topic}` is not a Kafka topic name; use 1 to {MAX_TOPIC_LEN} letters, digits, '.', '_' or '-'"
+            ),
+        ))
+    }
+}
