@@ -7,8 +7,11 @@
 pub mod cli;
 pub mod config;
 pub mod lsn;
+pub mod metrics;
 pub mod outbox;
 pub mod progress;
+pub mod relay;
+pub mod sink;
 pub mod source;
 
 pub use lsn::Lsn;

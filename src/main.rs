@@ -21,6 +21,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Relay outbox events to Kafka, confirming the slot only after acks.
+    Run {
+        /// Configuration file (TOML).
+        #[arg(long, short, env = "OUTBOXD_CONFIG")]
+        config: PathBuf,
+    },
     /// Print decoded outbox events from the replication slot as JSON lines.
     Tail {
         /// Configuration file (TOML).
@@ -64,6 +70,22 @@ async fn shutdown_signal() {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Run { config } => {
+            let cfg = load(&config)?;
+            cfg.validate_for_relay()
+                .with_context(|| format!("invalid configuration {}", config.display()))?;
+            if let Some(addr) = cfg.metrics.listen {
+                outboxd::metrics::serve(addr)?;
+            }
+            let source = settings::source_settings(&cfg)?;
+            let slot = cfg.postgres.slot.clone();
+            outboxd::relay::run(
+                outboxd::relay::RelaySettings::new(source, cfg),
+                shutdown_signal(),
+            )
+            .await
+            .with_context(|| format!("relay of slot {slot:?} stopped"))?;
+        }
         Command::Tail {
             config,
             no_confirm,

@@ -3,4 +3,5 @@
 //! harness: a private PostgreSQL cluster per test and a real Kafka broker.
 
 mod harness;
+mod relay;
 mod source;

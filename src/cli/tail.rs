@@ -89,7 +89,13 @@ pub async fn run(
             }
             reply_now = reply_requested;
         }
-        if reply_now || session.stream().status_due(confirmed, opts.status_interval) {
+        if reply_now
+            || session.stream().status_due(
+                confirmed,
+                opts.status_interval,
+                std::time::Duration::ZERO,
+            )
+        {
             session
                 .stream()
                 .send_status(confirmed, false)

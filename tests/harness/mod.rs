@@ -1,4 +1,5 @@
 //! Real servers for the tests: private PostgreSQL clusters and a Kafka broker.
 
+pub mod kafka;
 pub mod outboxd;
 pub mod pg;

@@ -79,3 +79,20 @@ pub fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<std::pr
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Like [`wait_with_timeout`] but leaves a still-running child alone.
+pub fn wait_with_timeout_keep(
+    child: &mut Child,
+    timeout: Duration,
+) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -95,9 +95,12 @@ impl ReplicationStream {
     }
 
     /// True when `interval` has passed since the last update, or `confirmed`
-    /// is ahead of what the server was last told.
-    pub fn status_due(&self, confirmed: Lsn, interval: Duration) -> bool {
-        confirmed > self.sent || self.last_status_at.elapsed() >= interval
+    /// is ahead of what the server was last told and at least `min_gap` has
+    /// passed (so a busy relay batches its updates instead of sending one per
+    /// transaction).
+    pub fn status_due(&self, confirmed: Lsn, interval: Duration, min_gap: Duration) -> bool {
+        let elapsed = self.last_status_at.elapsed();
+        (confirmed > self.sent && elapsed >= min_gap) || elapsed >= interval
     }
 
     /// When the next interval-driven update is due.

@@ -1,0 +1,92 @@
+//! Dead-letter records (pure): what goes to the DLQ topic when an event
+//! cannot be delivered, and the headers that say why.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::outbox::{EventKind, KafkaRecord, OutboxEvent};
+
+/// Header names on dead-lettered records.
+pub const HEADER_ERROR: &str = "outboxd.error";
+pub const HEADER_ERROR_KIND: &str = "outboxd.error.kind";
+pub const HEADER_TOPIC: &str = "outboxd.original.topic";
+pub const HEADER_LSN: &str = "outboxd.source.commit_lsn";
+pub const HEADER_XID: &str = "outboxd.source.xid";
+
+/// The DLQ copy of a record that Kafka refused (e.g. too large): same key,
+/// value and headers, plus the error.
+pub fn from_record(
+    record: &KafkaRecord,
+    dlq_topic: &Arc<str>,
+    event: &OutboxEvent,
+    kind: &str,
+    error: &str,
+) -> KafkaRecord {
+    let mut headers = record.headers.clone();
+    headers.extend(error_headers(kind, error, Some(&record.topic), event));
+    KafkaRecord {
+        topic: Arc::clone(dlq_topic),
+        key: record.key.clone(),
+        value: record.value.clone(),
+        headers,
+        timestamp_ms: record.timestamp_ms,
+        event_id: record.event_id.clone(),
+        size: record.size,
+    }
+}
+
+/// The DLQ record for an event that could not even be mapped: the raw row as
+/// JSON (column → text) or the raw message content.
+pub fn from_unmappable(event: &OutboxEvent, dlq_topic: &Arc<str>, error: &str) -> KafkaRecord {
+    let value: Bytes = match &event.kind {
+        EventKind::Row(row) => {
+            let mut obj = serde_json::Map::new();
+            for (info, v) in row.table.columns.iter().zip(&row.values) {
+                let value = match v.as_bytes() {
+                    Some(b) => serde_json::Value::String(String::from_utf8_lossy(b).into_owned()),
+                    None => serde_json::Value::Null,
+                };
+                obj.insert(info.name.clone(), value);
+            }
+            Bytes::from(serde_json::Value::Object(obj).to_string())
+        }
+        EventKind::Message { content, .. } => content.clone(),
+    };
+    let headers = error_headers("mapping", error, None, event);
+    let size = value.len()
+        + headers
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>();
+    KafkaRecord {
+        topic: Arc::clone(dlq_topic),
+        key: None,
+        value: Some(value),
+        headers,
+        timestamp_ms: Some(event.commit_time_us / 1000),
+        event_id: None,
+        size,
+    }
+}
+
+fn error_headers(
+    kind: &str,
+    error: &str,
+    topic: Option<&str>,
+    event: &OutboxEvent,
+) -> Vec<(Arc<str>, Bytes)> {
+    let mut h: Vec<(Arc<str>, Bytes)> = vec![
+        (Arc::from(HEADER_ERROR), Bytes::from(error.to_string())),
+        (Arc::from(HEADER_ERROR_KIND), Bytes::from(kind.to_string())),
+        (
+            Arc::from(HEADER_LSN),
+            Bytes::from(event.commit_lsn.to_string()),
+        ),
+        (Arc::from(HEADER_XID), Bytes::from(event.xid.to_string())),
+    ];
+    if let Some(t) = topic {
+        h.push((Arc::from(HEADER_TOPIC), Bytes::from(t.to_string())));
+    }
+    h
+}

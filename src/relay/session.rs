@@ -1,0 +1,426 @@
+//! One relay session: a replication stream, a producer and an ack tracker
+//! that live and die together. The main `select!` is biased, by priority:
+//! 1. shutdown (stop reading, drain in-flight acks, confirm, exit),
+//! 2. delivery reports (acks move the confirmable position; a transport
+//!    failure ends the session),
+//! 3. the status-update timer (keeps the walsender alive while we are not
+//!    reading, e.g. under backpressure),
+//! 4. the drain deadline,
+//! 5. new WAL, only while in-flight events and bytes are under their limits.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::Counter;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{dead_letter, RelayError, RelaySettings};
+use crate::config::OnError;
+use crate::metrics as m;
+use crate::outbox::{KafkaRecord, OutboxEvent, RecordMapper};
+use crate::progress::{AckTracker, DeliveryId};
+use crate::sink::{DeliveryReport, FailureKind, KafkaSink, SendError, TopicManager};
+use crate::source::session::{Received, SourceSession};
+use crate::source::transactions::SourceItem;
+use crate::Lsn;
+
+/// Least time between two status updates while the confirmable position
+/// moves: batches updates under load, still confirms within a blink.
+const MIN_STATUS_GAP: Duration = Duration::from_millis(100);
+
+pub enum SessionEnd {
+    Shutdown,
+    Reconnect(String),
+}
+
+/// An event's place in the WAL, stable across reconnects: its transaction's
+/// commit LSN and its position within the transaction.
+type EventIdentity = (Lsn, u32);
+
+/// Events Kafka refused for themselves (not for a transport problem),
+/// remembered across reconnects so a replay applies the policy at once
+/// instead of failing the producer again.
+#[derive(Default)]
+pub struct PoisonMemory(HashMap<EventIdentity, String>);
+
+struct InFlight {
+    id: DeliveryId,
+    record: KafkaRecord,
+    event: OutboxEvent,
+    identity: EventIdentity,
+    dead_lettered: bool,
+}
+
+pub struct Session<'a> {
+    settings: &'a RelaySettings,
+    mapper: &'a mut RecordMapper,
+    poison: &'a mut PoisonMemory,
+    sink: KafkaSink,
+    topics: TopicManager,
+    tracker: AckTracker,
+    in_flight: HashMap<u64, InFlight>,
+    /// Position of the next event within its transaction.
+    ordinal: u32,
+    /// Set when a poison event stopped the relay (`on_error = "stop"`).
+    halted: Option<String>,
+    published: HashMap<Arc<str>, (Counter, Counter)>,
+}
+
+impl<'a> Session<'a> {
+    pub async fn run(
+        settings: &'a RelaySettings,
+        mapper: &'a mut RecordMapper,
+        poison: &'a mut PoisonMemory,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<SessionEnd, RelayError> {
+        let mut source = SourceSession::open(&settings.source).await?;
+        let sink = KafkaSink::new(&settings.brokers, &settings.config.kafka)?;
+        let topics = TopicManager::new(&settings.brokers, &settings.config.kafka)?;
+        let mut s = Session {
+            settings,
+            mapper,
+            poison,
+            sink,
+            topics,
+            tracker: AckTracker::new(source.start_lsn),
+            in_flight: HashMap::new(),
+            ordinal: 0,
+            halted: None,
+            published: HashMap::new(),
+        };
+        let relay = &settings.config.relay;
+        let interval = settings.config.postgres.status_interval;
+        let mut items = Vec::new();
+        let mut drain_deadline: Option<Instant> = None;
+        let far = Instant::now() + Duration::from_secs(86400 * 365);
+        loop {
+            if let Some(deadline) = drain_deadline {
+                let drained = !source.in_transaction() && s.tracker.in_flight() == 0;
+                if drained || Instant::now() >= deadline {
+                    let confirmed = s.tracker.confirmable();
+                    tracing::info!(%confirmed, unacked = s.tracker.in_flight(), drained, "shutting down");
+                    source.finish(confirmed).await?;
+                    m::gauge_lsn(m::CONFIRMED_LSN, confirmed);
+                    return Ok(SessionEnd::Shutdown);
+                }
+            }
+            let full = s.tracker.in_flight() >= relay.max_in_flight_events
+                || s.tracker.in_flight_bytes() as u64 >= relay.max_in_flight_bytes;
+            // While draining, read on only to finish the open transaction, so
+            // a restart does not repeat half of it.
+            let reading = !full
+                && s.halted.is_none()
+                && (drain_deadline.is_none() || source.in_transaction());
+            let status_at = Instant::from_std(source.stream().next_status_deadline(interval));
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|v| *v), if drain_deadline.is_none() => {
+                    tracing::info!(in_flight = s.tracker.in_flight(), "shutdown requested; draining");
+                    drain_deadline = Some(Instant::now() + relay.shutdown_timeout);
+                }
+                report = s.sink.next_report() => {
+                    let Some(report) = report else {
+                        return Ok(SessionEnd::Reconnect("Kafka producer stopped".into()));
+                    };
+                    if let Some(end) = s.on_report(report).await? {
+                        return Ok(end);
+                    }
+                }
+                _ = tokio::time::sleep_until(status_at) => {}
+                _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() => {}
+                received = source.next(&mut items), if reading => {
+                    let received = received?;
+                    for item in items.drain(..) {
+                        if let Some(end) = s.on_item(item).await? {
+                            return Ok(end);
+                        }
+                    }
+                    if let Received::Keepalive { wal_end, reply_requested } = received {
+                        if !source.in_transaction() {
+                            s.tracker.keepalive(wal_end);
+                        }
+                        if reply_requested {
+                            source.stream().send_status(s.tracker.confirmable(), false).await.map_err(crate::source::session::SourceError::from)?;
+                        }
+                    }
+                }
+            }
+            let confirmable = s.tracker.confirmable();
+            if source
+                .stream()
+                .status_due(confirmable, interval, MIN_STATUS_GAP)
+            {
+                source
+                    .stream()
+                    .send_status(confirmable, false)
+                    .await
+                    .map_err(crate::source::session::SourceError::from)?;
+                m::gauge_lsn(m::CONFIRMED_LSN, source.stream().last_sent());
+                m::gauge_lsn(m::RECEIVED_LSN, source.stream().received());
+            }
+            metrics::gauge!(m::IN_FLIGHT_EVENTS).set(s.tracker.in_flight() as f64);
+            metrics::gauge!(m::IN_FLIGHT_BYTES).set(s.tracker.in_flight_bytes() as f64);
+        }
+    }
+
+    async fn on_item(&mut self, item: SourceItem) -> Result<Option<SessionEnd>, RelayError> {
+        match item {
+            SourceItem::Checkpoint { lsn, .. } => {
+                self.tracker.commit(lsn);
+                self.ordinal = 0;
+                metrics::counter!(m::TRANSACTIONS).increment(1);
+                Ok(None)
+            }
+            SourceItem::Event(event) => {
+                metrics::counter!(m::EVENTS_SEEN).increment(1);
+                let identity = (event.commit_lsn, self.ordinal);
+                self.ordinal += 1;
+                if let Some(error) = self.poison.0.get(&identity).cloned() {
+                    let record = self.mapper.map(&event).ok();
+                    return self
+                        .poisoned(event, record, identity, "delivery", &error)
+                        .await;
+                }
+                match self.mapper.map(&event) {
+                    Ok(record) => self.send(event, record, identity, None).await,
+                    Err(e) => {
+                        self.poisoned(event, None, identity, "mapping", &e.to_string())
+                            .await
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies `on_error` to an event that cannot be delivered as it is.
+    async fn poisoned(
+        &mut self,
+        event: OutboxEvent,
+        record: Option<KafkaRecord>,
+        identity: EventIdentity,
+        kind: &str,
+        error: &str,
+    ) -> Result<Option<SessionEnd>, RelayError> {
+        match (
+            &self.settings.config.relay.on_error,
+            &self.settings.dead_letter_topic,
+        ) {
+            (OnError::DeadLetter, Some(dlq)) => {
+                let dlq_record = match &record {
+                    Some(r) => dead_letter::from_record(r, dlq, &event, kind, error),
+                    None => dead_letter::from_unmappable(&event, dlq, error),
+                };
+                tracing::warn!(lsn = %event.commit_lsn, xid = event.xid, %error, "event sent to the dead-letter topic");
+                metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => kind.to_string())
+                    .increment(1);
+                self.send(event, dlq_record, identity, Some(())).await
+            }
+            _ => {
+                self.halt(format!(
+                    "event in transaction {} (commit LSN {}) cannot be delivered: {error}; \
+                     the relay will not move past it (relay.on_error = \"stop\")",
+                    event.xid, event.commit_lsn
+                ));
+                Ok(None)
+            }
+        }
+    }
+
+    fn halt(&mut self, reason: String) {
+        tracing::error!(%reason, "relay halted");
+        metrics::gauge!(m::HALTED).set(1.0);
+        self.halted = Some(reason);
+    }
+
+    async fn send(
+        &mut self,
+        event: OutboxEvent,
+        record: KafkaRecord,
+        identity: EventIdentity,
+        dead_letter: Option<()>,
+    ) -> Result<Option<SessionEnd>, RelayError> {
+        self.topics.ensure(&record.topic).await?;
+        let id = self.tracker.push_event(record.size);
+        let entry = InFlight {
+            id,
+            record,
+            event,
+            identity,
+            dead_lettered: dead_letter.is_some(),
+        };
+        self.enqueue(entry).await
+    }
+
+    /// Hands one record to the producer, waiting out a full local queue.
+    async fn enqueue(&mut self, entry: InFlight) -> Result<Option<SessionEnd>, RelayError> {
+        loop {
+            let r = &entry.record;
+            match self.sink.send(
+                entry.id.get(),
+                &r.topic,
+                r.key.as_deref(),
+                r.value.as_deref(),
+                &r.headers,
+                r.timestamp_ms,
+            ) {
+                Ok(()) => {
+                    self.in_flight.insert(entry.id.get(), entry);
+                    return Ok(None);
+                }
+                Err(SendError::QueueFull) => {
+                    let Some(report) = self.sink.next_report().await else {
+                        return Ok(Some(SessionEnd::Reconnect("Kafka producer stopped".into())));
+                    };
+                    if let Some(end) = self.on_report(report).await? {
+                        return Ok(Some(end));
+                    }
+                }
+                Err(SendError::Rejected {
+                    code,
+                    kind: FailureKind::PerEvent,
+                    message,
+                }) => {
+                    let error = format!("{message} ({code:?})");
+                    self.poison.0.insert(entry.identity, error.clone());
+                    if entry.dead_lettered {
+                        self.halt(format!(
+                            "the dead-letter topic refused an event too: {error}"
+                        ));
+                        self.in_flight.insert(entry.id.get(), entry);
+                        return Ok(None);
+                    }
+                    let InFlight {
+                        id,
+                        record,
+                        event,
+                        identity,
+                        ..
+                    } = entry;
+                    // The tracker slot stays; the DLQ copy (or nothing, when
+                    // halted) is what acks it.
+                    return self
+                        .redirect(id, event, record, identity, "delivery", &error)
+                        .await;
+                }
+                Err(e) => return Ok(Some(SessionEnd::Reconnect(format!("delivery failed: {e}")))),
+            }
+        }
+    }
+
+    /// Re-targets an event whose tracker slot already exists.
+    async fn redirect(
+        &mut self,
+        id: DeliveryId,
+        event: OutboxEvent,
+        record: KafkaRecord,
+        identity: EventIdentity,
+        kind: &str,
+        error: &str,
+    ) -> Result<Option<SessionEnd>, RelayError> {
+        match (
+            &self.settings.config.relay.on_error,
+            self.settings.dead_letter_topic.clone(),
+        ) {
+            (OnError::DeadLetter, Some(dlq)) => {
+                let dlq_record = dead_letter::from_record(&record, &dlq, &event, kind, error);
+                tracing::warn!(lsn = %event.commit_lsn, xid = event.xid, %error, "event sent to the dead-letter topic");
+                metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => kind.to_string())
+                    .increment(1);
+                self.topics.ensure(&dlq).await?;
+                Box::pin(self.enqueue(InFlight {
+                    id,
+                    record: dlq_record,
+                    event,
+                    identity,
+                    dead_lettered: true,
+                }))
+                .await
+            }
+            _ => {
+                self.halt(format!(
+                    "Kafka refused an event of transaction {} (commit LSN {}): {error}; \
+                     the relay will not move past it (relay.on_error = \"stop\")",
+                    event.xid, event.commit_lsn
+                ));
+                self.in_flight.insert(
+                    id.get(),
+                    InFlight {
+                        id,
+                        record,
+                        event,
+                        identity,
+                        dead_lettered: false,
+                    },
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    async fn on_report(
+        &mut self,
+        report: DeliveryReport,
+    ) -> Result<Option<SessionEnd>, RelayError> {
+        let Some(entry) = self.in_flight.remove(&report.id) else {
+            return Ok(None);
+        };
+        match report.result {
+            Ok(_) => {
+                let _ = self.tracker.ack(entry.id);
+                let (events, bytes) = self
+                    .published
+                    .entry(Arc::clone(&entry.record.topic))
+                    .or_insert_with(|| {
+                        let t = entry.record.topic.to_string();
+                        (
+                            metrics::counter!(m::EVENTS_PUBLISHED, "topic" => t.clone()),
+                            metrics::counter!(m::BYTES_PUBLISHED, "topic" => t),
+                        )
+                    });
+                events.increment(1);
+                bytes.increment(entry.record.size as u64);
+                let now_us = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_micros() as i64)
+                    .unwrap_or(0);
+                metrics::histogram!(m::COMMIT_TO_ACK_SECONDS)
+                    .record(((now_us - entry.event.commit_time_us).max(0) as f64) / 1e6);
+                Ok(None)
+            }
+            Err(failure) => {
+                metrics::counter!(m::DELIVERY_FAILURES, "code" => format!("{:?}", failure.code), "kind" => format!("{:?}", failure.kind)).increment(1);
+                let error = format!("{} ({:?})", failure.message, failure.code);
+                match failure.kind {
+                    FailureKind::PerEvent if !entry.dead_lettered => {
+                        self.poison.0.insert(entry.identity, error.clone());
+                        let InFlight {
+                            id,
+                            record,
+                            event,
+                            identity,
+                            ..
+                        } = entry;
+                        self.redirect(id, event, record, identity, "delivery", &error)
+                            .await
+                    }
+                    FailureKind::PerEvent => {
+                        self.halt(format!(
+                            "the dead-letter topic refused an event too: {error}"
+                        ));
+                        self.in_flight.insert(report.id, entry);
+                        Ok(None)
+                    }
+                    FailureKind::Transport => {
+                        // Freeze: nothing after this event may be confirmed.
+                        let _ = self.tracker.fail(entry.id);
+                        Ok(Some(SessionEnd::Reconnect(format!(
+                            "delivery failed: {error}"
+                        ))))
+                    }
+                }
+            }
+        }
+    }
+}

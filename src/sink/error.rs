@@ -1,0 +1,197 @@
+//! The sink's errors: a bad configuration (fix it and restart), a failure
+//! worth a reconnect (see [`SinkError::is_retryable`]), and the two ways a
+//! single `send` can fail.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::delivery::FailureKind;
+
+/// A `[kafka]` setting that outboxd cannot run with. Always names the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SinkConfigError {
+    #[error(
+        "kafka.brokers: no broker given; set it to host:port[,host:port...], e.g. \"127.0.0.1:9092\""
+    )]
+    NoBrokers,
+
+    /// A `[kafka.properties]` entry that contradicts a delivery guarantee, or
+    /// that librdkafka refused. `key` is the librdkafka property name.
+    #[error("kafka.properties.\"{key}\" = \"{value}\": {reason}")]
+    Property {
+        key: String,
+        value: String,
+        reason: String,
+    },
+}
+
+impl SinkConfigError {
+    pub(crate) fn property(key: &str, value: &str, reason: impl Into<String>) -> Self {
+        SinkConfigError::Property {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error(transparent)]
+    Config(#[from] SinkConfigError),
+
+    /// librdkafka refused to create the client for a reason not tied to one
+    /// property (e.g. an SSL file it could not load).
+    #[error("cannot create the Kafka {client}: {source}")]
+    Client {
+        client: &'static str,
+        #[source]
+        source: KafkaError,
+    },
+
+    /// The brokers did not answer a metadata request in time, or refused it.
+    #[error("cannot fetch Kafka metadata for topic `{topic}` from kafka.brokers: {source}")]
+    Metadata {
+        topic: String,
+        #[source]
+        source: KafkaError,
+    },
+
+    /// The broker answered, with an error for this topic (e.g. not authorized).
+    #[error("Kafka topic `{topic}`: {code}")]
+    Topic {
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
+
+    #[error(
+        "Kafka topic `{topic}` does not exist; create it, or set kafka.create_topics = true \
+         to let outboxd create it"
+    )]
+    MissingTopic { topic: String },
+
+    #[error("cannot create Kafka topic `{topic}` (kafka.create_topics = true): {code}")]
+    CreateTopic {
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
+
+    #[error(
+        "Kafka topic `{topic}` was created, but not every partition had a leader after {waited:?}"
+    )]
+    TopicNotReady { topic: String, waited: Duration },
+
+    #[error("Kafka flush timed out with {in_flight} message(s) still queued or in flight")]
+    FlushTimeout { in_flight: i32 },
+
+    /// librdkafka raised a fatal error: the producer cannot be used again.
+    #[error("the Kafka producer failed fatally: {0}")]
+    Fatal(String),
+}
+
+impl SinkError {
+    /// Whether reconnecting (a new producer, resuming from the slot) can help.
+    /// `false` means the user has to change something first.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SinkError::Config(_) | SinkError::Client { .. } | SinkError::MissingTopic { .. } => {
+                false
+            }
+            SinkError::Topic { code, .. } | SinkError::CreateTopic { code, .. } => {
+                !is_permanent_admin_error(*code)
+            }
+            SinkError::Metadata { .. }
+            | SinkError::TopicNotReady { .. }
+            | SinkError::FlushTimeout { .. }
+            | SinkError::Fatal(_) => true,
+        }
+    }
+}
+
+/// A client creation failure, as a [`SinkConfigError`] naming the property
+/// when librdkafka refused one of the user's `[kafka.properties]`.
+pub(super) fn creation_error(
+    client: &'static str,
+    source: KafkaError,
+    properties: &BTreeMap<String, String>,
+) -> SinkError {
+    if let KafkaError::ClientConfig(_, desc, key, value) = &source {
+        if properties.contains_key(key) {
+            return SinkConfigError::property(key, value, format!("librdkafka refused it: {desc}"))
+                .into();
+        }
+    }
+    SinkError::Client { client, source }
+}
+
+/// Broker answers to a metadata or CreateTopics request that will not change
+/// by asking again.
+fn is_permanent_admin_error(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::TopicAuthorizationFailed
+            | C::ClusterAuthorizationFailed
+            | C::InvalidTopic
+            | C::InvalidPartitions
+            | C::InvalidReplicationFactor
+            | C::InvalidReplicaAssignment
+            | C::InvalidConfig
+            | C::InvalidRequest
+            | C::PolicyViolation
+            | C::UnsupportedVersion
+    )
+}
+
+/// Why [`KafkaSink::send`](super::KafkaSink::send) did not enqueue a record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// librdkafka's local queue is full (`queue.buffering.max.messages` or
+    /// `.kbytes`): wait for a delivery report, then send the same record again.
+    #[error("the Kafka producer queue is full")]
+    QueueFull,
+
+    /// Refused before it was queued, e.g. larger than `message.max.bytes`
+    /// (`PerEvent`) or the producer already failed fatally (`Transport`).
+    #[error("Kafka refused the record: {message}")]
+    Rejected {
+        code: RDKafkaErrorCode,
+        kind: FailureKind,
+        message: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_topic_says_what_to_do() {
+        let e = SinkError::MissingTopic {
+            topic: "orders".into(),
+        };
+        let text = e.to_string();
+        assert!(text.contains("`orders`"), "{text}");
+        assert!(text.contains("kafka.create_topics = true"), "{text}");
+        assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn retryable_split() {
+        let auth = SinkError::CreateTopic {
+            topic: "t".into(),
+            code: RDKafkaErrorCode::TopicAuthorizationFailed,
+        };
+        assert!(!auth.is_retryable());
+        let timeout = SinkError::CreateTopic {
+            topic: "t".into(),
+            code: RDKafkaErrorCode::RequestTimedOut,
+        };
+        assert!(timeout.is_retryable());
+        assert!(SinkError::Fatal("x".into()).is_retryable());
+        assert!(!SinkError::Config(SinkConfigError::NoBrokers).is_retryable());
+    }
+}

@@ -1,0 +1,64 @@
+//! The Kafka side: one idempotent producer, fed by one task, in WAL order.
+//!
+//! Why this shape:
+//! - **One producer, one task, FIFO.** Records are enqueued with
+//!   [`KafkaSink::send`] from the relay's single task in WAL order, never
+//!   concurrently: the order of those calls is the order in each partition.
+//!   (Sending from concurrent tasks, e.g. `FutureProducer::send` with a queue
+//!   timeout, reorders records: rust-rdkafka #468.) A full local queue is
+//!   [`SendError::QueueFull`]: wait for a report, then resend the same record
+//!   before any later one.
+//! - **The producer keeps order and leaves no gap.** Idempotence (implies
+//!   acks=all, ≤ 5 in-flight requests, unlimited retries) keeps each
+//!   partition in order across retries; the gapless guarantee turns a batch
+//!   lost for good into a fatal error instead of a hole followed by later
+//!   records; murmur2_random places keys where Java clients do. These are
+//!   enforced by [`client_config`], which refuses any `[kafka.properties]`
+//!   entry contradicting them.
+//! - **Reports, not futures.** librdkafka's polling thread runs the delivery
+//!   callback, which sends a [`DeliveryReport`] (the id given to `send`, and
+//!   partition/offset or a [`DeliveryFailure`]) to an unbounded channel;
+//!   [`KafkaSink::next_report`] reads it, cancel-safe. Reports for one
+//!   partition come in send order; across partitions in any order, so the
+//!   relay acknowledges by id.
+//!
+//! What a failure asks of the relay ([`FailureKind`]):
+//! - `Transport` (timeouts, brokers down, fatal idempotence/gapless errors,
+//!   purged records): librdkafka gave up on a record that may be fine, and
+//!   may still deliver later ones. Stop confirming at that record, purge or
+//!   drop the producer, drop the stream, reconnect, resume from the slot.
+//! - `PerEvent` (too large, invalid, topic not authorized): this record will
+//!   never be accepted as it is; apply the poison-event policy. Refused at
+//!   [`KafkaSink::send`] (over `message.max.bytes`), the record is refused
+//!   alone and nothing was queued. Refused by the broker, the producer is
+//!   fatal as well (gapless guarantee), so the next send or report says
+//!   `Transport`, and the refusal may cover innocent records: the broker
+//!   refuses whole batches, and a broker-side `MessageSizeTooLarge` comes
+//!   back for every record of the batch (checked against a real broker).
+//!   (`InvalidRecord` is precise: the broker names the record, the others get
+//!   `InvalidDifferentRecord`, which is `Transport`.) With the defaults this
+//!   does not happen: librdkafka bounds a batch by `message.max.bytes`
+//!   (1,000,000), below the topics' default `max.message.bytes` (1,048,588),
+//!   so size is refused per record, at `send`. It does once a topic's limit
+//!   is set below the producer's `message.max.bytes`.
+//!
+//! Files: `config` (properties, pure), `delivery` (reports and their
+//! classification), `producer` ([`KafkaSink`]), `topics` ([`TopicManager`]),
+//! `error`.
+
+mod config;
+mod delivery;
+mod error;
+mod producer;
+mod topics;
+
+#[cfg(test)]
+mod mock_tests;
+
+pub use config::{admin_client_config, client_config, DEFAULTS, ENFORCED};
+pub use delivery::{
+    classify, Delivered, DeliveryContext, DeliveryFailure, DeliveryReport, FailureKind,
+};
+pub use error::{SendError, SinkConfigError, SinkError};
+pub use producer::KafkaSink;
+pub use topics::TopicManager;

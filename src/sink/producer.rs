@@ -1,0 +1,164 @@
+//! [`KafkaSink`]: one idempotent producer and the channel its delivery
+//! reports arrive on.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer, PurgeConfig, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+use tokio::sync::mpsc::{self, UnboundedReceiver};
+
+use super::config::client_config;
+use super::delivery::{self, classify, DeliveryContext, DeliveryReport, FailureKind};
+use super::error::{creation_error, SendError, SinkError};
+use crate::config::KafkaConfig;
+
+/// How often [`KafkaSink::flush`] looks at the queue: short next to the
+/// 5 ms linger, long enough not to spin.
+const FLUSH_CHECK_INTERVAL: Duration = Duration::from_millis(5);
+
+/// The producer side of the relay. librdkafka's polling thread (inside
+/// [`ThreadedProducer`]) runs the delivery callbacks; their reports wait on an
+/// unbounded channel, bounded in practice by the records the caller keeps in
+/// flight (one report per record `send` accepted).
+pub struct KafkaSink {
+    producer: ThreadedProducer<DeliveryContext>,
+    reports: UnboundedReceiver<DeliveryReport>,
+}
+
+impl KafkaSink {
+    /// Creates the producer. Connects in the background: an unreachable
+    /// broker shows up as delivery timeouts, not here.
+    pub fn new(brokers: &str, kafka: &KafkaConfig) -> Result<KafkaSink, SinkError> {
+        let mut config = client_config(brokers, &kafka.properties)?;
+        config.set_log_level(delivery::log_level());
+        let (tx, reports) = mpsc::unbounded_channel();
+        let producer = config
+            .create_with_context(DeliveryContext::new(tx))
+            .map_err(|e| creation_error("producer", e, &kafka.properties))?;
+        Ok(KafkaSink { producer, reports })
+    }
+
+    /// Enqueues one record; its [`DeliveryReport`] carries `id`.
+    ///
+    /// Must be called from ONE task, in WAL order, never concurrently: the
+    /// order of these calls is the order within each partition. On
+    /// [`SendError::QueueFull`] wait for a report, then send the same record
+    /// again before any later one.
+    pub fn send(
+        &self,
+        id: u64,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(impl AsRef<str>, impl AsRef<[u8]>)],
+        timestamp_ms: Option<i64>,
+    ) -> Result<(), SendError> {
+        if topic.contains('\0') {
+            // rdkafka would panic turning it into a C string.
+            return Err(SendError::Rejected {
+                code: RDKafkaErrorCode::InvalidTopic,
+                kind: FailureKind::PerEvent,
+                message: format!("topic name {topic:?} contains a NUL character"),
+            });
+        }
+        let mut record: BaseRecord<'_, [u8], [u8], Box<u64>> =
+            BaseRecord::with_opaque_to(topic, Box::new(id));
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
+        if !headers.is_empty() {
+            let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+            for (name, value) in headers {
+                owned = owned.insert(Header {
+                    key: name.as_ref(),
+                    value: Some(value.as_ref()),
+                });
+            }
+            record = record.headers(owned);
+        }
+        if let Some(ts) = timestamp_ms {
+            record = record.timestamp(ts);
+        }
+        match self.producer.send(record) {
+            Ok(()) => Ok(()),
+            Err((e, _record)) => Err(self.send_error(e.rdkafka_error_code())),
+        }
+    }
+
+    fn send_error(&self, code: Option<RDKafkaErrorCode>) -> SendError {
+        let code = code.unwrap_or(RDKafkaErrorCode::Fail);
+        let message = match code {
+            RDKafkaErrorCode::QueueFull => return SendError::QueueFull,
+            RDKafkaErrorCode::MessageSizeTooLarge => "the record is larger than the producer's \
+                message.max.bytes (kafka.properties.\"message.max.bytes\")"
+                .to_owned(),
+            RDKafkaErrorCode::Fatal => match self.is_fatal() {
+                Some(reason) => format!("the producer failed fatally: {reason}"),
+                None => delivery::describe(code),
+            },
+            _ => delivery::describe(code),
+        };
+        SendError::Rejected {
+            code,
+            kind: classify(code),
+            message,
+        }
+    }
+
+    /// The next delivery report. Cancel-safe. `None` only once the producer
+    /// is gone.
+    pub async fn next_report(&mut self) -> Option<DeliveryReport> {
+        self.reports.recv().await
+    }
+
+    /// A delivery report that is ready now, if any (call in a loop to drain).
+    pub fn try_report(&mut self) -> Option<DeliveryReport> {
+        self.reports.try_recv().ok()
+    }
+
+    /// librdkafka's `outq_len`: records queued, in flight, or waiting for
+    /// their report to be handed to the channel, plus any other client event
+    /// (an error, a log line) the polling thread has yet to serve.
+    pub fn in_queue(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+
+    /// The fatal error, once librdkafka raised one (e.g. the gapless
+    /// guarantee could not be kept): this producer delivers nothing more.
+    pub fn is_fatal(&self) -> Option<String> {
+        if let Some((code, reason)) = self.producer.client().fatal_error() {
+            return Some(format!("{reason} ({code:?})"));
+        }
+        self.producer.context().fatal()
+    }
+
+    /// Waits until every queued record has its report on the channel, or
+    /// `timeout`. Blocks the calling thread (use at shutdown, or from
+    /// `spawn_blocking`). Only the polling thread serves callbacks meanwhile,
+    /// so reports keep their per-partition order.
+    pub fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let in_flight = self.in_queue();
+            if in_flight == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(SinkError::FlushTimeout { in_flight });
+            }
+            std::thread::sleep(FLUSH_CHECK_INTERVAL);
+        }
+    }
+
+    /// Fails everything queued and in flight: their reports come back as
+    /// `PurgeQueue` / `PurgeInflight` (`Transport`). For abandoning a
+    /// producer after a transport failure without waiting for timeouts.
+    pub fn purge(&self) {
+        self.producer
+            .purge(PurgeConfig::default().queue().inflight().non_blocking());
+    }
+}

@@ -1,0 +1,219 @@
+//! [`TopicManager`]: makes sure a topic exists before the first record goes
+//! to it, creating it when `kafka.create_topics` allows.
+//!
+//! The producer never creates topics itself (`allow.auto.create.topics` is
+//! off, here and by default on the producer): a topic a broker auto-creates
+//! gets the broker's partition count, not `kafka.topic_partitions`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::KafkaError;
+use rdkafka::metadata::Metadata;
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
+use rdkafka::ClientContext;
+
+use super::config::admin_client_config;
+use super::delivery;
+use super::error::{creation_error, SinkError};
+use crate::config::KafkaConfig;
+
+/// One metadata round trip. Ample for a reachable cluster; when it is not,
+/// the relay reconnects with backoff and asks again.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the controller may take to create a topic before CreateTopics
+/// answers (Kafka's own admin tools wait 30 s).
+const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Until every partition of a created topic has a leader. Usually well under
+/// a second; 30 s covers a busy controller.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Between two metadata checks while waiting for leaders.
+const READY_POLL: Duration = Duration::from_millis(200);
+
+/// The admin client's context: librdkafka logs and errors to tracing.
+struct AdminContext;
+
+impl ClientContext for AdminContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        delivery::forward_log(level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(target: "librdkafka", %error, %reason, "Kafka admin client error");
+    }
+}
+
+/// What the cluster's metadata says about one topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TopicState {
+    Missing,
+    /// `ready`: every partition has a leader.
+    Exists {
+        ready: bool,
+    },
+    /// The broker answered with an error for it (e.g. not authorized).
+    Refused(RDKafkaErrorCode),
+}
+
+pub struct TopicManager {
+    admin: Arc<AdminClient<AdminContext>>,
+    create: bool,
+    partitions: i32,
+    replication_factor: i32,
+    /// Topics seen to exist, not asked about again.
+    known: HashSet<String>,
+}
+
+impl TopicManager {
+    pub fn new(brokers: &str, kafka: &KafkaConfig) -> Result<TopicManager, SinkError> {
+        let mut config = admin_client_config(brokers, &kafka.properties)?;
+        config.set_log_level(delivery::log_level());
+        let admin = config
+            .create_with_context(AdminContext)
+            .map_err(|e| creation_error("admin client", e, &kafka.properties))?;
+        Ok(TopicManager {
+            admin: Arc::new(admin),
+            create: kafka.create_topics,
+            partitions: kafka.topic_partitions,
+            replication_factor: kafka.topic_replication_factor,
+            known: HashSet::new(),
+        })
+    }
+
+    /// Ok once `topic` exists: from the cache, from metadata, or by creating
+    /// it (`kafka.create_topics`) and waiting until every partition has a
+    /// leader. [`SinkError::MissingTopic`] when it is missing and may not be
+    /// created.
+    pub async fn ensure(&mut self, topic: &str) -> Result<(), SinkError> {
+        if self.known.contains(topic) {
+            return Ok(());
+        }
+        match self.state(topic).await? {
+            // A leaderless partition of an existing topic is the producer's
+            // to wait out (it retries until message.timeout.ms).
+            TopicState::Exists { .. } => {}
+            TopicState::Missing if self.create => self.create(topic).await?,
+            TopicState::Missing => {
+                return Err(SinkError::MissingTopic {
+                    topic: topic.to_owned(),
+                })
+            }
+            TopicState::Refused(code) => {
+                return Err(SinkError::Topic {
+                    topic: topic.to_owned(),
+                    code,
+                })
+            }
+        }
+        self.known.insert(topic.to_owned());
+        Ok(())
+    }
+
+    /// Forgets which topics exist, so the next [`ensure`](Self::ensure) of
+    /// each asks the cluster again (e.g. after a topic was deleted).
+    pub fn forget(&mut self) {
+        self.known.clear();
+    }
+
+    async fn create(&self, topic: &str) -> Result<(), SinkError> {
+        let new = NewTopic::new(
+            topic,
+            self.partitions,
+            TopicReplication::Fixed(self.replication_factor),
+        );
+        let options = AdminOptions::new().operation_timeout(Some(CREATE_TIMEOUT));
+        let results = self
+            .admin
+            .create_topics([&new], &options)
+            .await
+            .map_err(|e| SinkError::CreateTopic {
+                topic: topic.to_owned(),
+                code: e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail),
+            })?;
+        for result in results {
+            match result {
+                Ok(_) => tracing::info!(
+                    topic,
+                    partitions = self.partitions,
+                    replication_factor = self.replication_factor,
+                    "created Kafka topic"
+                ),
+                // Someone else was quicker: just as good.
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((_, code)) => {
+                    return Err(SinkError::CreateTopic {
+                        topic: topic.to_owned(),
+                        code,
+                    })
+                }
+            }
+        }
+        self.wait_ready(topic).await
+    }
+
+    async fn wait_ready(&self, topic: &str) -> Result<(), SinkError> {
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            // A metadata error while waiting counts as "not yet".
+            if let Ok(TopicState::Exists { ready: true }) = self.state(topic).await {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() + READY_POLL > deadline {
+                return Err(SinkError::TopicNotReady {
+                    topic: topic.to_owned(),
+                    waited: READY_TIMEOUT,
+                });
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+
+    /// Asks the cluster about `topic` (librdkafka's metadata call blocks, so
+    /// it runs on the blocking pool).
+    async fn state(&self, topic: &str) -> Result<TopicState, SinkError> {
+        let admin = Arc::clone(&self.admin);
+        let name = topic.to_owned();
+        let fetched = tokio::task::spawn_blocking(move || {
+            let metadata = admin
+                .inner()
+                .fetch_metadata(Some(&name), METADATA_TIMEOUT)?;
+            Ok(topic_state(&metadata, &name))
+        })
+        .await;
+        match fetched {
+            Ok(Ok(state)) => Ok(state),
+            Ok(Err(source)) => Err(SinkError::Metadata {
+                topic: topic.to_owned(),
+                source,
+            }),
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(_) => Err(SinkError::Metadata {
+                topic: topic.to_owned(),
+                source: KafkaError::Canceled,
+            }),
+        }
+    }
+}
+
+fn topic_state(metadata: &Metadata, topic: &str) -> TopicState {
+    let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        return TopicState::Missing;
+    };
+    match t.error() {
+        None => TopicState::Exists {
+            ready: !t.partitions().is_empty()
+                && t.partitions()
+                    .iter()
+                    .all(|p| p.error().is_none() && p.leader() >= 0),
+        },
+        Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => TopicState::Missing,
+        // The topic is being created (by us or someone else).
+        Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE) => {
+            TopicState::Exists { ready: false }
+        }
+        Some(err) => TopicState::Refused(err.into()),
+    }
+}

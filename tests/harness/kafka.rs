@@ -1,0 +1,455 @@
+//! A real single-node Apache Kafka broker (KRaft) for integration tests, run through
+//! `scripts/kafka.sh`.
+//!
+//! * [`shared()`] — one broker per test binary, started on first use. Use unique topic names.
+//!   Never pause/kill/restart it (the accessor only hands out `&`, so you can't restart it).
+//! * [`KafkaBroker::start()`] — a private broker for fault tests (pause, kill, restart);
+//!   stopped when dropped, also when the test panics.
+//!
+//! All methods block the calling thread (seconds, for start/restart/consume_all). From an async
+//! test on a multi-thread runtime wrap them in `tokio::task::block_in_place`, or use
+//! `spawn_blocking`, so the code under test keeps running meanwhile.
+//!
+//! Every broker is also watched by a small shell loop started by the script: when the test
+//! process exits without dropping it (the shared broker, panic=abort, SIGKILL) the loop stops
+//! the JVM within ~1 s (+ shutdown) and removes its temp dir, so no broker outlives its test
+//! binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+
+/// One record read back from the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    /// In the order the producer wrote them; a null header value reads as an empty vec.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Milliseconds since the epoch (create or log-append time), if the broker reported one.
+    pub timestamp: Option<i64>,
+}
+
+impl Record {
+    pub fn key_str(&self) -> Option<&str> {
+        self.key
+            .as_deref()
+            .map(|k| std::str::from_utf8(k).expect("key is not UTF-8"))
+    }
+    pub fn value_str(&self) -> Option<&str> {
+        self.value
+            .as_deref()
+            .map(|v| std::str::from_utf8(v).expect("value is not UTF-8"))
+    }
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+pub struct KafkaBroker {
+    dir: tempfile::TempDir,
+    bootstrap: String,
+    /// Current JVM pid (changes on restart).
+    pid: u32,
+    paused: AtomicBool,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh")
+}
+
+/// Runs `scripts/kafka.sh ARGS`; returns trimmed stdout, panics with all output on failure.
+fn run_script(args: &[&str]) -> String {
+    let mut cmd = Command::new("bash");
+    cmd.arg(script()).args(args);
+    cmd.env("KAFKA_PARENT_PID", std::process::id().to_string());
+    // If this process dies without running Drop (SIGKILL, abort, or the never-dropped shared
+    // broker), the script's watchdog stops the JVM and removes its temp dir.
+    cmd.env("KAFKA_WATCHDOG_RMDIR", "1");
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script().display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        panic!(
+            "scripts/kafka.sh {} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            args.join(" "),
+            out.status
+        );
+    }
+    stdout
+        .trim()
+        .lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// Exists and is not a zombie (an orphaned JVM is re-parented to PID 1, which may reap late).
+fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+            !matches!(state, Some(Some('Z' | 'X')))
+        }
+        Err(_) => false,
+    }
+}
+
+fn read_pid(dir: &Path) -> u32 {
+    let path = dir.join("kafka.pid");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("bad pid in {}: {e}", path.display()))
+}
+
+/// Runs a future to completion on a private runtime in its own thread, so it also works when
+/// called from inside a tokio runtime (where a nested `block_on` would panic).
+fn block_on<F>(f: F) -> F::Output
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime")
+                .block_on(f)
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+impl KafkaBroker {
+    /// Starts a private broker on a free loopback port in a fresh temp dir and waits until it
+    /// is ready. Panics with the script's output if it does not come up.
+    pub fn start() -> KafkaBroker {
+        let dir = tempfile::Builder::new()
+            .prefix("outboxd-kafka-")
+            .tempdir()
+            .expect("temp dir for kafka");
+        let dir_str = dir.path().to_str().expect("utf-8 temp dir").to_string();
+        let bootstrap = run_script(&["start", &dir_str]);
+        assert!(
+            bootstrap.starts_with("127.0.0.1:"),
+            "unexpected output from scripts/kafka.sh start: {bootstrap:?}"
+        );
+        let pid = read_pid(dir.path());
+        KafkaBroker {
+            dir,
+            bootstrap,
+            pid,
+            paused: AtomicBool::new(false),
+        }
+    }
+
+    /// `127.0.0.1:PORT`, for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    pub fn port(&self) -> u16 {
+        self.bootstrap.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// The broker's directory (server.properties, data/, kafka.log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The broker log (stdout/stderr of the JVM, all starts appended), for failure messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("kafka.log")).unwrap_or_default()
+    }
+
+    /// SIGSTOP the JVM: connections stay open and the port still accepts (kernel backlog),
+    /// but nothing is answered — a hung broker.
+    pub fn pause(&self) {
+        signal(self.pid(), "STOP");
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        signal(self.pid(), "CONT");
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// SIGKILL the JVM (a crash: no controlled shutdown) and wait until it is gone and its
+    /// port refuses connections.
+    pub fn kill(&self) {
+        let pid = self.pid();
+        signal(pid, "KILL");
+        self.paused.store(false, Ordering::SeqCst);
+        let addr: std::net::SocketAddr = self.bootstrap.parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let closed =
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err();
+            if !pid_alive(pid) && closed {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the broker again on the same port and data dir and waits until it is ready
+    /// (typically after [`kill`](Self::kill); a still running broker is stopped gracefully
+    /// first). Acknowledged data survives: a SIGKILL loses nothing the OS page cache holds.
+    pub fn restart(&mut self) {
+        let dir_str = self.dir.path().to_str().unwrap().to_string();
+        if pid_alive(self.pid()) {
+            run_script(&["stop", &dir_str]);
+        }
+        self.paused.store(false, Ordering::SeqCst);
+        let port = self.port().to_string();
+        let bootstrap = run_script(&["start", &dir_str, &port]);
+        assert_eq!(
+            bootstrap, self.bootstrap,
+            "broker came back on another address"
+        );
+        self.pid = read_pid(self.dir.path());
+    }
+
+    fn admin(&self) -> AdminClient<DefaultClientContext> {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("socket.timeout.ms", "10000")
+            .create()
+            .expect("kafka admin client")
+    }
+
+    /// Creates a topic (replication factor 1) and waits until every partition has a leader.
+    /// Already existing with the same partition count is fine.
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        let admin = self.admin();
+        let opts = AdminOptions::new()
+            .operation_timeout(Some(Duration::from_secs(30)))
+            .request_timeout(Some(Duration::from_secs(30)));
+        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let results = block_on(admin.create_topics([&topic], &opts))
+            .unwrap_or_else(|e| panic!("create_topics({name}) failed: {e}"));
+        for r in results {
+            match r {
+                Ok(_) => {}
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((t, code)) => panic!("create topic {t}: {code:?}"),
+            }
+        }
+        // Wait until the broker's metadata has the topic with all partitions led.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let led = admin
+                .inner()
+                .fetch_metadata(Some(name), Duration::from_secs(5))
+                .ok()
+                .and_then(|md| {
+                    let t = md.topics().iter().find(|t| t.name() == name)?;
+                    let ok = t.error().is_none()
+                        && !t.partitions().is_empty()
+                        && t.partitions()
+                            .iter()
+                            .all(|p| p.leader() >= 0 && p.error().is_none());
+                    ok.then(|| t.partitions().len())
+                });
+            if let Some(n) = led {
+                assert_eq!(
+                    n, partitions as usize,
+                    "topic {name} exists with {n} partitions"
+                );
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("topic {name} not ready after 30s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Partition ids of `topic` (panics if it does not exist).
+    pub fn partitions(&self, topic: &str) -> Vec<i32> {
+        let admin = self.admin();
+        let md = admin
+            .inner()
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("metadata for {topic}: {e}"));
+        let t = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .expect("topic in metadata");
+        if let Some(e) = t.error() {
+            panic!("topic {topic}: {:?}", RDKafkaErrorCode::from(e));
+        }
+        t.partitions().iter().map(|p| p.id()).collect()
+    }
+
+    /// How many records `topic` holds now: the sum of its partitions' high
+    /// watermarks (nothing is ever deleted or compacted in these tests).
+    /// 0 when the topic does not exist yet.
+    pub fn record_count(&self, topic: &str) -> usize {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", "outboxd-harness-watermarks")
+            .create()
+            .expect("consumer for watermarks");
+        let Ok(meta) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else {
+            return 0;
+        };
+        let Some(t) = meta.topics().first().filter(|t| t.error().is_none()) else {
+            return 0;
+        };
+        t.partitions()
+            .iter()
+            .map(|p| {
+                consumer
+                    .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
+                    .map(|(_, high)| high.max(0) as usize)
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
+    /// Reads `topic` from the beginning of every partition (no consumer group, nothing
+    /// committed, read_committed isolation) until `expected` records arrived or `timeout`
+    /// passed, and returns what it got, sorted by (partition, offset). Returns at most
+    /// `expected` records, so to check that there are no extras ask for `n + 1` with a short
+    /// timeout and assert the length is `n`.
+    pub fn consume_all(&self, topic: &str, expected: usize, timeout: Duration) -> Vec<Record> {
+        let deadline = Instant::now() + timeout;
+        // librdkafka wants a group.id even for assign(); a fresh one that never joins or
+        // commits anything.
+        static GROUP_SEQ: AtomicU32 = AtomicU32::new(0);
+        let group = format!(
+            "outboxd-harness-{}-{}",
+            std::process::id(),
+            GROUP_SEQ.fetch_add(1, Ordering::SeqCst)
+        );
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .set("isolation.level", "read_committed")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .expect("kafka consumer");
+
+        // The topic may not exist yet (the code under test creates it) or the broker may be
+        // paused/restarting: retry until the deadline, then return nothing.
+        let parts = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                eprintln!(
+                    "consume_all({topic}): no metadata from {} in {timeout:?}",
+                    self.bootstrap
+                );
+                return Vec::new();
+            }
+            if let Ok(md) = consumer.fetch_metadata(Some(topic), left.min(Duration::from_secs(5))) {
+                let t = md.topics().iter().find(|t| t.name() == topic);
+                if let Some(t) = t.filter(|t| t.error().is_none() && !t.partitions().is_empty()) {
+                    break t.partitions().iter().map(|p| p.id()).collect::<Vec<_>>();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100).min(left));
+        };
+        let mut tpl = TopicPartitionList::new();
+        for p in parts {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&tpl).expect("assign");
+
+        let mut out = Vec::with_capacity(expected);
+        while out.len() < expected {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let wait = (deadline - now).min(Duration::from_millis(200));
+            match consumer.poll(wait) {
+                None => {}
+                Some(Ok(m)) => out.push(Record {
+                    topic: m.topic().to_string(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers: m
+                        .headers()
+                        .map(|hs| {
+                            hs.iter()
+                                .map(|h| (h.key.to_string(), h.value.unwrap_or(&[]).to_vec()))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    timestamp: m.timestamp().to_millis(),
+                }),
+                // Transient errors (e.g. the broker is restarting): keep polling.
+                Some(Err(_)) => {}
+            }
+        }
+        out.sort_by_key(|r| (r.partition, r.offset));
+        out
+    }
+}
+
+impl Drop for KafkaBroker {
+    fn drop(&mut self) {
+        if self.paused.load(Ordering::SeqCst) {
+            signal(self.pid(), "CONT");
+        }
+        let dir = self.dir.path().to_string_lossy().to_string();
+        let _ = Command::new("bash")
+            .arg(script())
+            .args(["stop", &dir])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        // TempDir's own Drop removes the directory.
+    }
+}
+
+/// The broker shared by every test of this binary, started on first use. Never dropped: the
+/// script's watchdog stops it (and removes its dir) when the test process exits.
+pub fn shared() -> &'static KafkaBroker {
+    static SHARED: OnceLock<KafkaBroker> = OnceLock::new();
+    SHARED.get_or_init(KafkaBroker::start)
+}

@@ -1,0 +1,268 @@
+//! Faults: the connector killed or stopped mid-stream, the broker paused, an
+//! idle outbox. Duplicates are counted and bounded; loss and reordering fail.
+
+use std::time::Duration;
+
+use super::support::{aggregates, confirmed_lsn, env, payload_texts, verify, wait_for, Relay};
+use crate::harness::kafka::{shared, KafkaBroker};
+
+/// Starts `n` events from two writers in the background.
+fn spawn_writers(
+    e: &super::support::Env,
+    prefix: &str,
+    n: usize,
+    aggs: usize,
+) -> Vec<tokio::task::JoinHandle<Vec<super::support::Sent>>> {
+    let aggs = aggregates(aggs);
+    (0..2)
+        .map(|w| {
+            let aggs = aggs.clone();
+            let url = e.pg.url("postgres", Some("postgres"), "app");
+            let prefix = prefix.to_string();
+            tokio::spawn(async move {
+                let (mut client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .unwrap();
+                tokio::spawn(conn);
+                let sizes = if w == 0 {
+                    vec![1, 10, 100]
+                } else {
+                    vec![50, 1, 300]
+                };
+                super::support::write(&mut client, &prefix, &aggs, n / 2, &sizes, 0).await
+            })
+        })
+        .collect()
+}
+
+async fn join(
+    handles: Vec<tokio::task::JoinHandle<Vec<super::support::Sent>>>,
+) -> Vec<super::support::Sent> {
+    let mut sent = Vec::new();
+    for h in handles {
+        sent.extend(h.await.unwrap());
+    }
+    sent
+}
+
+const MAX_IN_FLIGHT: usize = 2000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_stream_loses_nothing_and_repeats_only_the_unacked_window() {
+    let broker = shared();
+    let e = env(
+        broker.bootstrap(),
+        "kill9",
+        &format!("[relay]\nmax_in_flight_events = {MAX_IN_FLIGHT}\n"),
+    );
+    let mut relay = Relay::start(&e);
+    let start = confirmed_lsn(&e.pg, "kill9");
+    let writers = spawn_writers(&e, "kill9", 20_000, 40);
+    let pg = &e.pg;
+    tokio::task::block_in_place(|| {
+        wait_for("first confirmations", Duration::from_secs(120), || {
+            confirmed_lsn(pg, "kill9") > start
+        })
+    });
+    relay.signal("-KILL");
+    assert!(relay.wait(Duration::from_secs(10)).is_some());
+    let log = relay.log();
+    let relay2 = Relay::start(&e);
+    let sent = join(writers).await;
+    let texts = payload_texts(&e.pg);
+    let v = tokio::task::spawn_blocking(move || {
+        verify(broker, &sent, &texts, Duration::from_secs(240), true)
+    })
+    .await;
+    let v = v.unwrap_or_else(|err| {
+        let log2 = relay2.log();
+        panic!(
+            "{err:?}\nfirst relay log (tail):\n{}\nsecond relay log (tail):\n{}",
+            tail_lines(&log, 30),
+            tail_lines(&log2, 60)
+        )
+    });
+    // Re-delivered: the unacked window (at most MAX_IN_FLIGHT), the rest of
+    // the transaction it cut (largest: 300 events), and what was acked but
+    // not yet confirmed to PostgreSQL (the confirmed position trails acks by
+    // one status gap, 100 ms: far fewer than MAX_IN_FLIGHT events at the
+    // rates these machines reach).
+    let bound = 2 * MAX_IN_FLIGHT + 300;
+    eprintln!(
+        "kill -9: {} delivered, {} duplicates (bound {bound})",
+        v.delivered, v.duplicates
+    );
+    assert!(
+        v.duplicates <= bound,
+        "{} duplicates; first relay log:\n{log}",
+        v.duplicates
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_exits_zero_and_restart_repeats_nothing() {
+    let broker = shared();
+    let e = env(
+        broker.bootstrap(),
+        "term",
+        "[relay]\nshutdown_timeout = \"20s\"\n",
+    );
+    let mut relay = Relay::start(&e);
+    let start = confirmed_lsn(&e.pg, "term");
+    let writers = spawn_writers(&e, "term", 10_000, 30);
+    let pg = &e.pg;
+    tokio::task::block_in_place(|| {
+        wait_for("first confirmations", Duration::from_secs(120), || {
+            confirmed_lsn(pg, "term") > start
+        })
+    });
+    relay.signal("-TERM");
+    let status = tokio::task::block_in_place(|| relay.wait(Duration::from_secs(25)));
+    let status =
+        status.unwrap_or_else(|| panic!("no exit within the deadline; log:\n{}", relay.log()));
+    assert!(status.success(), "exit {status:?}; log:\n{}", relay.log());
+    assert!(relay.log().contains("shutting down"), "{}", relay.log());
+    let _relay2 = Relay::start(&e);
+    let sent = join(writers).await;
+    let texts = payload_texts(&e.pg);
+    let v = tokio::task::spawn_blocking(move || {
+        verify(broker, &sent, &texts, Duration::from_secs(240), false)
+    })
+    .await
+    .unwrap();
+    eprintln!(
+        "SIGTERM: {} delivered, {} duplicates",
+        v.delivered, v.duplicates
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_outbox_does_not_pin_wal() {
+    let broker = shared();
+    let e = env(broker.bootstrap(), "idle", "");
+    let _relay = Relay::start(&e);
+    let pg = &e.pg;
+    tokio::task::block_in_place(|| {
+        wait_for("slot active", Duration::from_secs(60), || {
+            pg.psql(
+                "app",
+                "SELECT active FROM pg_replication_slots WHERE slot_name = 'idle'",
+            )
+            .trim()
+                == "t"
+        })
+    });
+    let before = confirmed_lsn(pg, "idle");
+    let client = pg.client("app").await;
+    let began = std::time::Instant::now();
+    let mut last_written = before;
+    while began.elapsed() < Duration::from_secs(30) {
+        client.execute("INSERT INTO unpublished (note) SELECT repeat('x', 200) FROM generate_series(1, 50)", &[]).await.unwrap();
+        let lsn: String = client
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .unwrap()
+            .get(0);
+        last_written = lsn.parse().unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "confirmed LSN to pass the other table's writes",
+            Duration::from_secs(30),
+            || confirmed_lsn(pg, "idle") >= last_written,
+        )
+    });
+    assert!(confirmed_lsn(pg, "idle") > before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_broker_holds_the_slot_before_the_first_unacked_event() {
+    let broker = tokio::task::block_in_place(KafkaBroker::start);
+    let e = env(
+        broker.bootstrap(),
+        "pause",
+        "[kafka.properties]\n\"message.timeout.ms\" = \"120000\"\n",
+    );
+    e.pg.psql(
+        "app",
+        "SELECT pg_create_logical_replication_slot('observer', 'test_decoding')",
+    );
+    let _relay = Relay::start(&e);
+    let aggs = aggregates(10);
+    let mut client = e.pg.client("app").await;
+    let mut sent = super::support::write(&mut client, "pause", &aggs, 500, &[10], 0).await;
+    let pg = &e.pg;
+    tokio::task::block_in_place(|| {
+        wait_for("first batch acked", Duration::from_secs(120), || {
+            pg.psql("app", "SELECT count(*) FROM outbox").trim() == "500"
+                && confirmed_lsn(pg, "pause") >= lsn_now(pg)
+        })
+    });
+    broker.pause();
+    let paused_from = lsn_now(pg);
+    sent.extend(super::support::write(&mut client, "pause", &aggs, 500, &[10], 0).await);
+    // While paused, the slot must stay below the end of the first unacked
+    // transaction: the first commit after `paused_from`.
+    let first_unacked_end = first_commit_end_after(pg, paused_from);
+    let mut max_seen = outboxd::Lsn::ZERO;
+    for _ in 0..40 {
+        let c = confirmed_lsn(pg, "pause");
+        max_seen = max_seen.max(c);
+        assert!(
+            c < first_unacked_end,
+            "confirmed {c} passed the first unacked commit end {first_unacked_end}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    broker.resume();
+    let texts = payload_texts(pg);
+    let b = &broker;
+    let v =
+        tokio::task::block_in_place(|| verify(b, &sent, &texts, Duration::from_secs(120), true));
+    eprintln!(
+        "pause: held at {max_seen} < {first_unacked_end}; {} delivered, {} duplicates",
+        v.delivered, v.duplicates
+    );
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "slot to move past the paused window",
+            Duration::from_secs(60),
+            || confirmed_lsn(pg, "pause") >= first_unacked_end,
+        )
+    });
+}
+
+fn lsn_now(pg: &crate::harness::pg::PgCluster) -> outboxd::Lsn {
+    pg.psql("app", "SELECT pg_current_wal_lsn()")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// End LSN of the first transaction with an outbox insert committed after
+/// `after`, as test_decoding reports it on the observer slot.
+fn first_commit_end_after(pg: &crate::harness::pg::PgCluster, after: outboxd::Lsn) -> outboxd::Lsn {
+    let out = pg.psql(
+        "app",
+        "SELECT lsn, data FROM pg_logical_slot_peek_changes('observer', NULL, NULL)",
+    );
+    let mut saw_outbox = false;
+    for line in out.lines() {
+        let (lsn, data) = line.split_once('|').unwrap();
+        let lsn: outboxd::Lsn = lsn.parse().unwrap();
+        if data.starts_with("BEGIN") {
+            saw_outbox = false;
+        } else if data.starts_with("table public.outbox: INSERT") {
+            saw_outbox = true;
+        } else if data.starts_with("COMMIT") && saw_outbox && lsn > after {
+            return lsn;
+        }
+    }
+    panic!("no outbox commit after {after} in:\n{out}");
+}
+
+fn tail_lines(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

@@ -1,0 +1,6 @@
+//! `outboxd run` against a real PostgreSQL and a real Kafka broker: the
+//! delivery guarantees, including under faults.
+
+mod e2e;
+mod faults;
+mod support;

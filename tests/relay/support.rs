@@ -1,0 +1,343 @@
+//! Shared setup for the relay suite: a cluster, a broker, a writer that
+//! records what it committed, `outboxd run` as a child process, and checks
+//! that read everything back from Kafka.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::kafka::{KafkaBroker, Record};
+use crate::harness::outboxd::bin;
+use crate::harness::pg::{PgCluster, PgOptions};
+
+pub struct Env {
+    pub pg: PgCluster,
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+}
+
+/// A cluster with the migrations and a per-aggregate sequence table, and a
+/// config pointing `outboxd run` at it and at `brokers`.
+pub fn env(brokers: &str, slot: &str, extra: &str) -> Env {
+    let pg = PgCluster::start(PgOptions::default());
+    pg.create_database("app");
+    pg.apply_migrations("app");
+    pg.psql("app", "CREATE TABLE agg_seq (agg text PRIMARY KEY, n bigint NOT NULL DEFAULT 0); CREATE TABLE unpublished (id serial, note text)");
+    pg.psql(
+        "app",
+        &format!("SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "{}?sslmode=disable",
+        pg.url("postgres", Some("postgres"), "app")
+    );
+    let config = dir.path().join("outboxd.toml");
+    // Each test routes to topics of its own on the shared broker.
+    let routing = if extra.contains("[routing]") {
+        String::new()
+    } else {
+        format!("[routing]\ntopic = \"{slot}.${{aggregate_type}}\"\n")
+    };
+    let text = format!(
+        "[postgres]\nurl = \"{url}\"\nslot = \"{slot}\"\nstatus_interval = \"200ms\"\n\
+         [kafka]\nbrokers = \"{brokers}\"\ntopic_partitions = 3\n{routing}{extra}\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    Env { pg, dir, config }
+}
+
+/// `outboxd run` as a child process; killed on drop.
+pub struct Relay {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Relay {
+    pub fn start(env: &Env) -> Relay {
+        let log = env
+            .dir
+            .path()
+            .join(format!("relay-{}.log", uuid::Uuid::new_v4()));
+        let child = Command::new(bin())
+            .args(["run", "--config"])
+            .arg(&env.config)
+            .env("OUTBOXD_LOG", "info,outboxd=debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn outboxd run");
+        Relay { child, log }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    }
+
+    /// Waits for exit up to `timeout`; None if still running.
+    pub fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        crate::harness::outboxd::wait_with_timeout_keep(&mut self.child, timeout)
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One committed event as the writer knows it.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub id: String,
+    pub kind: &'static str,
+    pub agg: String,
+    pub seq: i64,
+    pub topic: String,
+    pub payload: String,
+}
+
+/// Writes `n` events for aggregates `aggs` in transactions of the given
+/// sizes (cycled), some rolled back (not returned). Per-aggregate sequence
+/// numbers come from `agg_seq` in the same transaction, locked in sorted
+/// order: for one aggregate, sequence order is commit order.
+/// Events are routed to `{topic_prefix}.{payment|order}`.
+pub async fn write(
+    client: &mut tokio_postgres::Client,
+    topic_prefix: &str,
+    aggs: &[String],
+    n: usize,
+    sizes: &[usize],
+    rollback_every: usize,
+) -> Vec<Sent> {
+    let mut committed = Vec::new();
+    let mut written = 0;
+    let mut txn_no = 0;
+    while written < n {
+        let size = sizes[txn_no % sizes.len()].min(n - written);
+        txn_no += 1;
+        let rollback = rollback_every > 0 && txn_no % rollback_every == 0;
+        // Pick aggregates for this transaction's rows.
+        let picks: Vec<&String> = (0..size)
+            .map(|i| &aggs[(txn_no * 31 + i * 7) % aggs.len()])
+            .collect();
+        let mut by_agg: BTreeMap<&String, usize> = BTreeMap::new();
+        for a in &picks {
+            *by_agg.entry(a).or_default() += 1;
+        }
+        let tx = client.transaction().await.unwrap();
+        let mut rows = Vec::new();
+        for (agg, count) in by_agg {
+            let top: i64 = tx
+                .query_one(
+                    "INSERT INTO agg_seq (agg, n) VALUES ($1, $2) ON CONFLICT (agg) DO UPDATE SET n = agg_seq.n + $2 RETURNING n",
+                    &[agg, &(count as i64)],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            for k in 0..count as i64 {
+                let seq = top - count as i64 + 1 + k;
+                let kind = if agg.starts_with('p') {
+                    "payment"
+                } else {
+                    "order"
+                };
+                rows.push(Sent {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    kind,
+                    agg: agg.clone(),
+                    seq,
+                    topic: format!("{topic_prefix}.{kind}"),
+                    payload: format!(
+                        "{{\"agg\": \"{agg}\", \"seq\": {seq}, \"note\": \"Привет 🎉\"}}"
+                    ),
+                });
+            }
+        }
+        let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+        let aggs_: Vec<&str> = rows.iter().map(|r| r.agg.as_str()).collect();
+        let types: Vec<&str> = rows.iter().map(|r| r.kind).collect();
+        let payloads: Vec<&str> = rows.iter().map(|r| r.payload.as_str()).collect();
+        tx.execute(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             SELECT i::uuid, t, a, t || '.happened', p::jsonb FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(i, a, t, p)",
+            &[&ids, &aggs_, &types, &payloads],
+        )
+        .await
+        .unwrap();
+        if txn_no % 5 == 0 {
+            tx.execute("INSERT INTO unpublished (note) VALUES ('noise')", &[])
+                .await
+                .unwrap();
+        }
+        if rollback {
+            tx.rollback().await.unwrap();
+            // The sequence rows rolled back too.
+        } else {
+            tx.commit().await.unwrap();
+            written += size;
+            committed.extend(rows);
+        }
+    }
+    committed
+}
+
+/// What a read-back found.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub delivered: usize,
+    pub duplicates: usize,
+}
+
+/// Reads every topic of `sent` back and checks: every committed event
+/// arrived on its topic with key = aggregate, header id = event id, value
+/// bytes = the payload as PostgreSQL printed it; no event that was not
+/// committed; per aggregate, first deliveries in commit order.
+pub fn verify(
+    broker: &KafkaBroker,
+    sent: &[Sent],
+    payload_text: &HashMap<String, String>,
+    timeout: Duration,
+    allow_duplicates: bool,
+) -> Verdict {
+    let by_id: HashMap<&str, &Sent> = sent.iter().map(|s| (s.id.as_str(), s)).collect();
+    let topics: HashSet<&str> = sent.iter().map(|s| s.topic.as_str()).collect();
+    let mut verdict = Verdict::default();
+    let mut first_seen: HashSet<String> = HashSet::new();
+    let mut per_agg: HashMap<String, Vec<i64>> = HashMap::new();
+    let deadline = Instant::now() + timeout;
+    for topic in topics {
+        let want = sent.iter().filter(|s| s.topic == topic).count();
+        // Read everything the topic holds, until every expected id is there
+        // (duplicates make the topic longer than `want`).
+        let mut records: Vec<Record>;
+        loop {
+            let count = broker.record_count(topic).max(want);
+            records = broker.consume_all(topic, count, Duration::from_secs(60));
+            let ids: HashSet<&[u8]> = records.iter().filter_map(|r| r.header("id")).collect();
+            if ids.len() >= want || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        // Kafka order within a partition; one aggregate lives in one partition.
+        records.sort_by_key(|r| (r.partition, r.offset));
+        for r in &records {
+            let id = std::str::from_utf8(r.header("id").expect("id header"))
+                .unwrap()
+                .to_string();
+            let s = by_id
+                .get(id.as_str())
+                .unwrap_or_else(|| panic!("event {id} on {topic} was never committed"));
+            assert_eq!(s.topic, topic, "event {id} on the wrong topic");
+            assert_eq!(r.key_str(), Some(s.agg.as_str()), "key of {id}");
+            let expected_value = payload_text
+                .get(&s.id)
+                .map(String::as_str)
+                .unwrap_or(&s.payload);
+            assert_eq!(r.value_str(), Some(expected_value), "value bytes of {id}");
+            assert_eq!(
+                r.header("eventType")
+                    .map(|h| std::str::from_utf8(h).unwrap().to_string()),
+                Some(format!("{}.happened", s.kind))
+            );
+            if first_seen.insert(id.clone()) {
+                per_agg.entry(s.agg.clone()).or_default().push(s.seq);
+                verdict.delivered += 1;
+            } else {
+                verdict.duplicates += 1;
+            }
+        }
+    }
+    let missing: Vec<&Sent> = sent
+        .iter()
+        .filter(|s| !first_seen.contains(&s.id))
+        .collect();
+    if !missing.is_empty() {
+        // Holes (loss) and tails (not delivered yet) need different fixes.
+        let mut max_seen: HashMap<&str, i64> = HashMap::new();
+        for (agg, seqs) in &per_agg {
+            max_seen.insert(agg.as_str(), seqs.iter().copied().max().unwrap_or(0));
+        }
+        let holes = missing
+            .iter()
+            .filter(|m| max_seen.get(m.agg.as_str()).is_some_and(|&top| m.seq < top))
+            .count();
+        let example: Vec<(&str, i64)> = missing
+            .iter()
+            .take(5)
+            .map(|m| (m.agg.as_str(), m.seq))
+            .collect();
+        panic!(
+            "{} of {} committed events missing from Kafka ({holes} are holes below a delivered sequence number), e.g. {example:?}",
+            missing.len(),
+            sent.len()
+        );
+    }
+    for (agg, seqs) in &per_agg {
+        let expected: Vec<i64> = (1..=seqs.len() as i64).collect();
+        assert_eq!(
+            seqs, &expected,
+            "aggregate {agg}: Kafka order differs from commit order"
+        );
+    }
+    if !allow_duplicates {
+        assert_eq!(verdict.duplicates, 0, "duplicates where none are allowed");
+    }
+    verdict
+}
+
+/// PostgreSQL's text for each payload (jsonb normalises spacing), by id.
+pub fn payload_texts(pg: &PgCluster) -> HashMap<String, String> {
+    // The rows are kept in the table (no delete) so their text can be read.
+    pg.psql("app", "SELECT id || E'\\t' || payload::text FROM outbox")
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(id, p)| (id.to_string(), p.to_string()))
+        .collect()
+}
+
+pub fn confirmed_lsn(pg: &PgCluster, slot: &str) -> outboxd::Lsn {
+    pg.psql(
+        "app",
+        &format!("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '{slot}'"),
+    )
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub fn aggregates(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            if i % 2 == 0 {
+                format!("pay-{i}")
+            } else {
+                format!("ord-{i}")
+            }
+        })
+        .collect()
+}
