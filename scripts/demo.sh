@@ -62,7 +62,7 @@ relay_pid=$!
 
 echo "== writing 10 payments, each with its outbox event in the same transaction"
 for i in $(seq 1 10); do
-  psql -q "$pgurl" <<SQL
+  psql -q "$pgurl" >/dev/null <<SQL
 BEGIN;
 INSERT INTO payments VALUES ($i, $((i * 100)).50, 'paid');
 SELECT outbox_emit('payment', '$i', 'payment.completed', '{"paymentId": $i, "amount": "$((i * 100)).50", "currency": "RUB"}');
