@@ -13,6 +13,8 @@ pub const HEADER_ERROR_KIND: &str = "outboxd.error.kind";
 pub const HEADER_TOPIC: &str = "outboxd.original.topic";
 pub const HEADER_LSN: &str = "outboxd.source.commit_lsn";
 pub const HEADER_XID: &str = "outboxd.source.xid";
+/// Byte length of a value left out of the DLQ copy because it was too large.
+pub const HEADER_VALUE_SIZE: &str = "outboxd.original.value_size";
 
 /// The DLQ copy of a record that Kafka refused (e.g. too large): same key,
 /// value and headers, plus the error.
@@ -25,10 +27,20 @@ pub fn from_record(
 ) -> KafkaRecord {
     let mut headers = record.headers.clone();
     headers.extend(error_headers(kind, error, Some(&record.topic), event));
+    // A record refused for its size would be refused on the DLQ topic too:
+    // send its metadata and say how big the value was.
+    let too_large = error.contains("MessageSizeTooLarge") || error.contains("MsgSizeTooLarge");
+    let value = if too_large {
+        let len = record.value.as_ref().map_or(0, |v| v.len());
+        headers.push((Arc::from(HEADER_VALUE_SIZE), Bytes::from(len.to_string())));
+        None
+    } else {
+        record.value.clone()
+    };
     KafkaRecord {
         topic: Arc::clone(dlq_topic),
         key: record.key.clone(),
-        value: record.value.clone(),
+        value,
         headers,
         timestamp_ms: record.timestamp_ms,
         event_id: record.event_id.clone(),

@@ -27,7 +27,9 @@ use crate::outbox::{MappingConfigError, RecordMapper};
 use crate::sink::SinkError;
 use crate::source::session::{SourceError, SourceSettings};
 
-pub use dead_letter::{HEADER_ERROR, HEADER_ERROR_KIND, HEADER_LSN, HEADER_TOPIC, HEADER_XID};
+pub use dead_letter::{
+    HEADER_ERROR, HEADER_ERROR_KIND, HEADER_LSN, HEADER_TOPIC, HEADER_VALUE_SIZE, HEADER_XID,
+};
 use session::{Session, SessionEnd};
 
 /// A session that ran this long without failing resets the backoff.

@@ -30,6 +30,10 @@ use crate::Lsn;
 /// moves: batches updates under load, still confirms within a blink.
 const MIN_STATUS_GAP: Duration = Duration::from_millis(100);
 
+/// How long to wait for the rest of a refused batch's reports. librdkafka
+/// reports a failed batch in one go; this only covers scheduling delays.
+const BATCH_MATE_WAIT: Duration = Duration::from_millis(500);
+
 pub enum SessionEnd {
     Shutdown,
     Reconnect(String),
@@ -39,11 +43,21 @@ pub enum SessionEnd {
 /// commit LSN and its position within the transaction.
 type EventIdentity = (Lsn, u32);
 
-/// Events Kafka refused for themselves (not for a transport problem),
-/// remembered across reconnects so a replay applies the policy at once
-/// instead of failing the producer again.
+/// Events the broker refused, remembered across reconnects.
+///
+/// A broker refuses a whole batch when one record in it is too large, so a
+/// broker-reported per-event failure only makes an event a *suspect*: on the
+/// replay it is sent alone, after everything before it is acked. Refused
+/// again alone, it is *confirmed* poison and the policy applies without
+/// another try (which would only turn the producer fatal again).
 #[derive(Default)]
-pub struct PoisonMemory(HashMap<EventIdentity, String>);
+pub struct PoisonMemory(HashMap<EventIdentity, Verdict>);
+
+#[derive(Clone)]
+enum Verdict {
+    Suspect,
+    Confirmed(String),
+}
 
 struct InFlight {
     id: DeliveryId,
@@ -51,6 +65,8 @@ struct InFlight {
     event: OutboxEvent,
     identity: EventIdentity,
     dead_lettered: bool,
+    /// Sent with nothing else in flight (a suspect on trial).
+    isolated: bool,
 }
 
 pub struct Session<'a> {
@@ -177,18 +193,21 @@ impl<'a> Session<'a> {
                 metrics::counter!(m::EVENTS_SEEN).increment(1);
                 let identity = (event.commit_lsn, self.ordinal);
                 self.ordinal += 1;
-                if let Some(error) = self.poison.0.get(&identity).cloned() {
-                    let record = self.mapper.map(&event).ok();
-                    return self
-                        .poisoned(event, record, identity, "delivery", &error)
-                        .await;
-                }
-                match self.mapper.map(&event) {
-                    Ok(record) => self.send(event, record, identity, None).await,
+                let record = match self.mapper.map(&event) {
+                    Ok(record) => record,
                     Err(e) => {
-                        self.poisoned(event, None, identity, "mapping", &e.to_string())
+                        return self
+                            .poisoned(event, None, identity, "mapping", &e.to_string())
                             .await
                     }
+                };
+                match self.poison.0.get(&identity).cloned() {
+                    Some(Verdict::Confirmed(error)) => {
+                        self.poisoned(event, Some(record), identity, "delivery", &error)
+                            .await
+                    }
+                    Some(Verdict::Suspect) => self.send_isolated(event, record, identity).await,
+                    None => self.send(event, record, identity, false).await,
                 }
             }
         }
@@ -215,7 +234,7 @@ impl<'a> Session<'a> {
                 tracing::warn!(lsn = %event.commit_lsn, xid = event.xid, %error, "event sent to the dead-letter topic");
                 metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => kind.to_string())
                     .increment(1);
-                self.send(event, dlq_record, identity, Some(())).await
+                self.send(event, dlq_record, identity, true).await
             }
             _ => {
                 self.halt(format!(
@@ -239,7 +258,7 @@ impl<'a> Session<'a> {
         event: OutboxEvent,
         record: KafkaRecord,
         identity: EventIdentity,
-        dead_letter: Option<()>,
+        dead_lettered: bool,
     ) -> Result<Option<SessionEnd>, RelayError> {
         self.topics.ensure(&record.topic).await?;
         let id = self.tracker.push_event(record.size);
@@ -248,9 +267,85 @@ impl<'a> Session<'a> {
             record,
             event,
             identity,
-            dead_lettered: dead_letter.is_some(),
+            dead_lettered,
+            isolated: false,
         };
         self.enqueue(entry).await
+    }
+
+    /// Sends a suspect alone: waits until nothing else is in flight, sends
+    /// it, and waits for its report before reading on.
+    async fn send_isolated(
+        &mut self,
+        event: OutboxEvent,
+        record: KafkaRecord,
+        identity: EventIdentity,
+    ) -> Result<Option<SessionEnd>, RelayError> {
+        if let Some(end) = self.drain_reports(|s| s.in_flight.is_empty()).await? {
+            return Ok(Some(end));
+        }
+        self.topics.ensure(&record.topic).await?;
+        let id = self.tracker.push_event(record.size);
+        let key = id.get();
+        let entry = InFlight {
+            id,
+            record,
+            event,
+            identity,
+            dead_lettered: false,
+            isolated: true,
+        };
+        if let Some(end) = self.enqueue(entry).await? {
+            return Ok(Some(end));
+        }
+        let end = self
+            .drain_reports(|s| !s.in_flight.contains_key(&key))
+            .await?;
+        if end.is_none() && self.halted.is_none() {
+            // Delivered alone: it was a batch-mate of the real culprit.
+            self.poison.0.remove(&identity);
+        }
+        Ok(end)
+    }
+
+    /// After a broker refusal, gathers the reports of the rest of the refused
+    /// batch (they arrive together) so every refused event becomes a suspect
+    /// now, rather than one per reconnect.
+    async fn collect_batch_mates(&mut self) {
+        while !self.in_flight.is_empty() {
+            let report = match tokio::time::timeout(BATCH_MATE_WAIT, self.sink.next_report()).await
+            {
+                Ok(Some(report)) => report,
+                Ok(None) | Err(_) => return,
+            };
+            let Some(entry) = self.in_flight.remove(&report.id) else {
+                continue;
+            };
+            if let Err(failure) = report.result {
+                if failure.kind == FailureKind::PerEvent && !entry.dead_lettered {
+                    self.poison
+                        .0
+                        .entry(entry.identity)
+                        .or_insert(Verdict::Suspect);
+                }
+            }
+        }
+    }
+
+    /// Handles delivery reports until `done` holds (or the session must end).
+    async fn drain_reports(
+        &mut self,
+        done: impl Fn(&Self) -> bool,
+    ) -> Result<Option<SessionEnd>, RelayError> {
+        while !done(self) && self.halted.is_none() {
+            let Some(report) = self.sink.next_report().await else {
+                return Ok(Some(SessionEnd::Reconnect("Kafka producer stopped".into())));
+            };
+            if let Some(end) = self.on_report(report).await? {
+                return Ok(Some(end));
+            }
+        }
+        Ok(None)
     }
 
     /// Hands one record to the producer, waiting out a full local queue.
@@ -282,8 +377,13 @@ impl<'a> Session<'a> {
                     kind: FailureKind::PerEvent,
                     message,
                 }) => {
+                    // librdkafka refused this record alone (e.g. above the
+                    // producer's message.max.bytes): poison for certain,
+                    // and the producer stays healthy.
                     let error = format!("{message} ({code:?})");
-                    self.poison.0.insert(entry.identity, error.clone());
+                    self.poison
+                        .0
+                        .insert(entry.identity, Verdict::Confirmed(error.clone()));
                     if entry.dead_lettered {
                         self.halt(format!(
                             "the dead-letter topic refused an event too: {error}"
@@ -335,6 +435,7 @@ impl<'a> Session<'a> {
                     event,
                     identity,
                     dead_lettered: true,
+                    isolated: false,
                 }))
                 .await
             }
@@ -352,6 +453,7 @@ impl<'a> Session<'a> {
                         event,
                         identity,
                         dead_lettered: false,
+                        isolated: false,
                     },
                 );
                 Ok(None)
@@ -393,24 +495,29 @@ impl<'a> Session<'a> {
                 metrics::counter!(m::DELIVERY_FAILURES, "code" => format!("{:?}", failure.code), "kind" => format!("{:?}", failure.kind)).increment(1);
                 let error = format!("{} ({:?})", failure.message, failure.code);
                 match failure.kind {
-                    FailureKind::PerEvent if !entry.dead_lettered => {
-                        self.poison.0.insert(entry.identity, error.clone());
-                        let InFlight {
-                            id,
-                            record,
-                            event,
-                            identity,
-                            ..
-                        } = entry;
-                        self.redirect(id, event, record, identity, "delivery", &error)
-                            .await
-                    }
-                    FailureKind::PerEvent => {
+                    FailureKind::PerEvent if entry.dead_lettered => {
                         self.halt(format!(
                             "the dead-letter topic refused an event too: {error}"
                         ));
                         self.in_flight.insert(report.id, entry);
                         Ok(None)
+                    }
+                    // The broker refused it, perhaps only for sharing a batch
+                    // with the real culprit; with the gapless guarantee the
+                    // producer is done for either way: reconnect and replay,
+                    // trying a suspect alone.
+                    FailureKind::PerEvent => {
+                        let verdict = if entry.isolated {
+                            Verdict::Confirmed(error.clone())
+                        } else {
+                            Verdict::Suspect
+                        };
+                        self.poison.0.insert(entry.identity, verdict);
+                        let _ = self.tracker.fail(entry.id);
+                        self.collect_batch_mates().await;
+                        Ok(Some(SessionEnd::Reconnect(format!(
+                            "delivery failed: Kafka refused an event: {error}"
+                        ))))
                     }
                     FailureKind::Transport => {
                         // Freeze: nothing after this event may be confirmed.

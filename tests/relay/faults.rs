@@ -266,3 +266,39 @@ fn tail_lines(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_down_longer_than_message_timeout_loses_nothing() {
+    let mut broker = tokio::task::block_in_place(KafkaBroker::start);
+    let extra = "[relay]\nreconnect_backoff_max = \"2s\"\n[kafka.properties]\n\"message.timeout.ms\" = \"5000\"\n";
+    let e = env(broker.bootstrap(), "outage", extra);
+    let relay = Relay::start(&e);
+    let start = confirmed_lsn(&e.pg, "outage");
+    let writers = spawn_writers(&e, "outage", 10_000, 30);
+    let pg = &e.pg;
+    tokio::task::block_in_place(|| {
+        wait_for("first confirmations", Duration::from_secs(120), || {
+            confirmed_lsn(pg, "outage") > start
+        })
+    });
+    broker.kill();
+    let held = confirmed_lsn(pg, "outage");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let during = confirmed_lsn(pg, "outage");
+    tokio::task::block_in_place(|| broker.restart());
+    let sent = join(writers).await;
+    let texts = payload_texts(pg);
+    let b = &broker;
+    let v =
+        tokio::task::block_in_place(|| verify(b, &sent, &texts, Duration::from_secs(240), true));
+    let log = relay.log();
+    assert!(
+        log.contains("resuming from the slot"),
+        "the outage should have forced a reconnect:\n{}",
+        tail_lines(&log, 40)
+    );
+    eprintln!(
+        "broker outage (20 s, message.timeout.ms 5 s): {} delivered, {} duplicates; slot {held} at the kill, {during} during",
+        v.delivered, v.duplicates
+    );
+}

@@ -57,17 +57,7 @@ pub async fn preflight(client: &Client) -> Result<(), AdminError> {
         )
         .await
         .map_err(sql_err("reading server settings"))?;
-    let (version_num, version): (i32, String) = (row.get(0), row.get(1));
-    if version_num < MIN_SERVER_VERSION_NUM {
-        return Err(AdminError::ServerTooOld { version });
-    }
-    let wal_level: String = row.get(2);
-    if wal_level != "logical" {
-        return Err(AdminError::WalLevel { actual: wal_level });
-    }
-    if !row.get::<_, bool>(3) {
-        return Err(AdminError::NoReplicationPrivilege { user: row.get(4) });
-    }
+    check_server(row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))?;
     let row = client
         .query_one(
             "SELECT current_setting('max_wal_senders')::bigint, \
@@ -79,6 +69,27 @@ pub async fn preflight(client: &Client) -> Result<(), AdminError> {
     let (max, used): (i64, i64) = (row.get(0), row.get(1));
     if used >= max {
         return Err(AdminError::NoFreeWalSenders { max, used });
+    }
+    Ok(())
+}
+
+/// The server rules, pure so each refusal is unit-tested (a server older
+/// than 14 cannot be started by the test suite).
+pub fn check_server(
+    version_num: i32,
+    version: String,
+    wal_level: String,
+    can_replicate: bool,
+    user: String,
+) -> Result<(), AdminError> {
+    if version_num < MIN_SERVER_VERSION_NUM {
+        return Err(AdminError::ServerTooOld { version });
+    }
+    if wal_level != "logical" {
+        return Err(AdminError::WalLevel { actual: wal_level });
+    }
+    if !can_replicate {
+        return Err(AdminError::NoReplicationPrivilege { user });
     }
     Ok(())
 }
@@ -353,6 +364,27 @@ mod tests {
             assert!(msg.contains(needle), "{msg}");
             assert!(msg.contains("\"s\""), "names the slot: {msg}");
         }
+    }
+
+    #[test]
+    fn server_rules_name_the_fix() {
+        check_server(150004, "15.4".into(), "logical".into(), true, "u".into()).unwrap();
+        let old =
+            check_server(130012, "13.12".into(), "logical".into(), true, "u".into()).unwrap_err();
+        assert!(
+            old.to_string().contains("PostgreSQL 13.12 is too old"),
+            "{old}"
+        );
+        assert!(old.to_string().contains("14 or newer"), "{old}");
+        let wal =
+            check_server(150004, "15.4".into(), "replica".into(), true, "u".into()).unwrap_err();
+        assert!(wal.to_string().contains("wal_level = logical"), "{wal}");
+        let role =
+            check_server(150004, "15.4".into(), "logical".into(), false, "app".into()).unwrap_err();
+        assert!(
+            role.to_string().contains("ALTER ROLE \"app\" REPLICATION"),
+            "{role}"
+        );
     }
 
     #[test]

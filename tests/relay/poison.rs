@@ -1,0 +1,192 @@
+//! Acceptance 7: an event Kafka refuses for itself (too large) follows
+//! `relay.on_error`, and nothing else is lost.
+
+use std::time::Duration;
+
+use super::support::{confirmed_lsn, env, wait_for, Relay};
+use crate::harness::kafka::shared;
+
+/// Five small events, one of 1.5 MB (over the producer's and the broker's
+/// default `message.max.bytes`), five small: each in its own transaction.
+/// Returns the end-of-WAL position right after the big one committed.
+fn write_with_poison(pg: &crate::harness::pg::PgCluster) -> outboxd::Lsn {
+    let one = |n: usize| {
+        format!("INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('p', 'a', 'small', '{{\"n\": {n}}}');")
+    };
+    for n in 0..5 {
+        pg.psql("app", &one(n));
+    }
+    pg.psql(
+        "app",
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         SELECT 'p', 'a', 'huge', jsonb_build_object('blob', string_agg(md5(i::text), '')) FROM generate_series(1, 48000) i",
+    );
+    let after_big: outboxd::Lsn = pg
+        .psql("app", "SELECT pg_current_wal_lsn()")
+        .trim()
+        .parse()
+        .unwrap();
+    for n in 5..10 {
+        pg.psql("app", &one(n));
+    }
+    after_big
+}
+
+fn small_numbers(records: &[crate::harness::kafka::Record]) -> Vec<u64> {
+    records
+        .iter()
+        .map(|r| {
+            serde_json::from_str::<serde_json::Value>(r.value_str().unwrap()).unwrap()["n"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn oversized_event_halts_the_relay_under_stop() {
+    let broker = shared();
+    let e = env(broker.bootstrap(), "poisonstop", "");
+    let relay = Relay::start(&e);
+    let after_big = write_with_poison(&e.pg);
+    let got = broker.consume_all("poisonstop.p", 5, Duration::from_secs(60));
+    assert_eq!(small_numbers(&got), vec![0, 1, 2, 3, 4]);
+    wait_for("the halt to be logged", Duration::from_secs(30), || {
+        relay.log().contains("relay halted")
+    });
+    let log = relay.log();
+    assert!(
+        log.contains("relay.on_error") && log.contains("MessageSizeTooLarge")
+            || log.contains("too large"),
+        "{log}"
+    );
+    // It stays put: nothing after the poison event, slot below it.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        broker.record_count("poisonstop.p"),
+        5,
+        "events after the poison one were published"
+    );
+    let confirmed = confirmed_lsn(&e.pg, "poisonstop");
+    assert!(
+        confirmed < after_big,
+        "slot confirmed {confirmed} past the poison event (committed before {after_big})"
+    );
+}
+
+#[test]
+fn oversized_event_goes_to_the_dead_letter_topic() {
+    let broker = shared();
+    let extra = "[relay]\non_error = \"dead_letter\"\ndead_letter_topic = \"poisondlq.dlq\"\n";
+    let e = env(broker.bootstrap(), "poisondlq", extra);
+    let relay = Relay::start(&e);
+    let after_big = write_with_poison(&e.pg);
+    let got = broker.consume_all("poisondlq.p", 10, Duration::from_secs(60));
+    assert_eq!(
+        small_numbers(&got),
+        (0..10).collect::<Vec<_>>(),
+        "{}",
+        relay.log()
+    );
+    let dlq = broker.consume_all("poisondlq.dlq", 1, Duration::from_secs(60));
+    assert_eq!(dlq.len(), 1, "{}", relay.log());
+    let error = std::str::from_utf8(dlq[0].header("outboxd.error").expect("error header")).unwrap();
+    assert!(
+        error.contains("MessageSizeTooLarge") || error.to_lowercase().contains("too large"),
+        "{error}"
+    );
+    assert_eq!(
+        dlq[0].header("outboxd.original.topic"),
+        Some(&b"poisondlq.p"[..])
+    );
+    assert!(dlq[0].header("id").is_some());
+    wait_for(
+        "slot to pass the poison event",
+        Duration::from_secs(30),
+        || confirmed_lsn(&e.pg, "poisondlq") >= after_big,
+    );
+}
+
+/// Creates `topic` with a small broker-side `max.message.bytes`, so the
+/// broker (not the producer) refuses the large record, and refuses the whole
+/// batch it travels in.
+fn create_small_topic(bootstrap: &str, topic: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let t = NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "20000");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let res = rt
+        .block_on(admin.create_topics([&t], &AdminOptions::new()))
+        .unwrap();
+    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+    wait_for("topic metadata", Duration::from_secs(30), || {
+        shared().record_count(topic) == 0 && {
+            use rdkafka::consumer::{BaseConsumer, Consumer};
+            let c: BaseConsumer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .create()
+                .unwrap();
+            c.fetch_metadata(Some(topic), Duration::from_secs(5))
+                .map(|m| {
+                    m.topics()
+                        .first()
+                        .is_some_and(|t| t.error().is_none() && !t.partitions().is_empty())
+                })
+                .unwrap_or(false)
+        }
+    });
+}
+
+#[test]
+fn batch_mates_of_a_broker_refused_record_are_not_dead_lettered() {
+    let broker = shared();
+    let extra = "[relay]\non_error = \"dead_letter\"\ndead_letter_topic = \"poisonbatch.dlq\"\n\
+                 [kafka.properties]\n\"linger.ms\" = \"200\"\n\"compression.type\" = \"none\"\n";
+    let e = env(broker.bootstrap(), "poisonbatch", extra);
+    create_small_topic(broker.bootstrap(), "poisonbatch.p");
+    // One transaction: small events around a 64 KB one, so they share a
+    // producer batch with it (linger.ms = 200).
+    e.pg.psql(
+        "app",
+        "BEGIN;\n\
+         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT 'p', 'a', 'small', jsonb_build_object('n', i) FROM generate_series(0, 9) i;\n\
+         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT 'p', 'a', 'huge', jsonb_build_object('blob', string_agg(md5(i::text), '')) FROM generate_series(1, 2000) i;\n\
+         INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT 'p', 'a', 'small', jsonb_build_object('n', i) FROM generate_series(10, 19) i;\n\
+         COMMIT;",
+    );
+    let relay = Relay::start(&e);
+    // Replays repeat delivered events (duplicates are allowed); every small
+    // event must be there, in order of first appearance.
+    let mut firsts = Vec::new();
+    wait_for("all 20 small events", Duration::from_secs(90), || {
+        let got = broker.consume_all(
+            "poisonbatch.p",
+            broker.record_count("poisonbatch.p").max(1),
+            Duration::from_secs(5),
+        );
+        firsts.clear();
+        for n in small_numbers(&got) {
+            if !firsts.contains(&n) {
+                firsts.push(n);
+            }
+        }
+        firsts.len() == 20
+    });
+    assert_eq!(firsts, (0..20).collect::<Vec<_>>(), "{}", relay.log());
+    let dlq = broker.consume_all("poisonbatch.dlq", 2, Duration::from_secs(10));
+    assert_eq!(
+        dlq.len(),
+        1,
+        "only the large event belongs in the DLQ; log:\n{}",
+        relay.log()
+    );
+    assert_eq!(dlq[0].header("eventType"), Some(&b"huge"[..]));
+    assert!(dlq[0].header("outboxd.original.value_size").is_some());
+}
