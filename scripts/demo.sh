@@ -11,6 +11,7 @@ demo=$root/.demo
 scripts/setup.sh
 echo "== building outboxd"
 cargo build --bin outboxd --example kafka_read
+bin_dir=${CARGO_TARGET_DIR:-$root/target}/debug
 
 rm -rf "$demo" && mkdir -p "$demo"
 chmod 755 "$demo"
@@ -57,8 +58,14 @@ topic = "payments"
 CONF
 
 echo "== running outboxd run"
-"$root/target/debug/outboxd" run --config "$demo/outboxd.toml" 2>"$demo/outboxd.log" &
+"$bin_dir/outboxd" run --config "$demo/outboxd.toml" 2>"$demo/outboxd.log" &
 relay_pid=$!
+sleep 1
+if ! kill -0 "$relay_pid" 2>/dev/null; then
+  echo "outboxd run exited early:" >&2
+  cat "$demo/outboxd.log" >&2
+  exit 1
+fi
 
 echo "== writing 10 payments, each with its outbox event in the same transaction"
 for i in $(seq 1 10); do
@@ -73,7 +80,7 @@ done
 psql -q "$pgurl" -c "BEGIN; INSERT INTO payments VALUES (99, 1, 'paid'); SELECT outbox_emit('payment', '99', 'payment.completed', '{}'); ROLLBACK;" >/dev/null
 
 echo "== reading topic 'payments' back from Kafka"
-"$root/target/debug/examples/kafka_read" "$brokers" 10 payments
+"$bin_dir/examples/kafka_read" "$brokers" 10 payments
 echo "== confirmed position of the slot (advanced only after Kafka acked):"
 psql -Atq "$pgurl" -c "SELECT slot_name, confirmed_flush_lsn FROM pg_replication_slots"
 echo "== done; outboxd log: $demo/outboxd.log"

@@ -283,10 +283,13 @@ async fn broker_down_longer_than_message_timeout_loses_nothing() {
     });
     broker.kill();
     let held = confirmed_lsn(pg, "outage");
+    // Writers go on during the outage.
+    let more = spawn_writers(&e, "outage", 2_000, 30);
     tokio::time::sleep(Duration::from_secs(20)).await;
     let during = confirmed_lsn(pg, "outage");
     tokio::task::block_in_place(|| broker.restart());
-    let sent = join(writers).await;
+    let mut sent = join(writers).await;
+    sent.extend(join(more).await);
     let texts = payload_texts(pg);
     let b = &broker;
     let v =
