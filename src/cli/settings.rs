@@ -23,5 +23,6 @@ pub fn source_settings(cfg: &Config) -> Result<SourceSettings, ConfigError> {
         create_slot: cfg.postgres.create_slot,
         create_publication: cfg.postgres.create_publication,
         message_prefix: cfg.outbox.message_prefix().map(str::to_string),
+        status_interval: cfg.postgres.status_interval,
     })
 }

@@ -29,6 +29,9 @@ pub struct SourceSettings {
     pub create_publication: bool,
     /// `pg_logical_emit_message` prefix treated as events; `None` = off.
     pub message_prefix: Option<String>,
+    /// How often standby status updates are sent (checked against the
+    /// server's wal_sender_timeout).
+    pub status_interval: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +109,16 @@ impl SourceSession {
         admin::ensure_publication(&client, &target).await?;
         let slot = admin::ensure_slot(&client, &target).await?;
         let wal_sender_timeout = admin::wal_sender_timeout(&client).await?;
+        // The server drops a walsender that stays silent for its timeout;
+        // while backpressured, interval updates are all it hears from us.
+        if !wal_sender_timeout.is_zero() && s.status_interval * 2 > wal_sender_timeout {
+            tracing::warn!(
+                status_interval_ms = s.status_interval.as_millis() as u64,
+                wal_sender_timeout_ms = wal_sender_timeout.as_millis() as u64,
+                "postgres.status_interval is more than half the server's wal_sender_timeout; \
+                 the server may drop the connection while outboxd waits for Kafka: lower status_interval"
+            );
+        }
         drop(client);
 
         let mut conn = replication::connect(&s.conn).await?;

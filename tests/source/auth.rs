@@ -151,3 +151,68 @@ fn tls_required_but_server_has_none() {
         out.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleartext_password_authenticates() {
+    let pg = PgCluster::start(PgOptions::default().with_auth(Auth::Scram));
+    pg.create_role("plain_user", "plain-pw", "REPLICATION");
+    pg.write_hba(
+        "local all all trust\nlocal replication all trust\n\
+         host all postgres 127.0.0.1/32 scram-sha-256\n\
+         host all all 127.0.0.1/32 password\nhost replication all 127.0.0.1/32 password\n",
+    );
+    both_connections_work(&params(&pg, "plain_user", "plain-pw", "")).await;
+    let msg = connect(&params(&pg, "plain_user", "bad", ""))
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("plain_user") && msg.contains("password authentication failed"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn password_from_a_file_and_from_the_environment() {
+    let pg = PgCluster::start(PgOptions::default().with_auth(Auth::Scram));
+    pg.create_role("file_user", "from-file", "REPLICATION SUPERUSER");
+    pg.psql("postgres", "CREATE TABLE outbox (id int)");
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("pg-password");
+    std::fs::write(&secret, "from-file\n").unwrap();
+    let url = format!("{}?sslmode=disable", pg.url("file_user", None, "postgres"));
+    let extra = format!("password_file = \"{}\"", secret.display());
+    let config = dir.path().join("file.toml");
+    std::fs::write(
+        &config,
+        format!("[postgres]\nurl = \"{url}\"\nslot = \"pwfile\"\n{extra}\n"),
+    )
+    .unwrap();
+    // --limit 0: connect, prepare slot and publication, stream, stop.
+    let out = tail(&config, &["--limit", "0"], Duration::from_secs(30));
+    assert!(out.success, "{}", out.stderr);
+
+    let config = dir.path().join("env.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[postgres]\nurl = \"{url}\"\nslot = \"pwenv\"\npassword_env = \"OUTBOXD_TEST_PW\"\n"
+        ),
+    )
+    .unwrap();
+    let status = std::process::Command::new(crate::harness::outboxd::bin())
+        .args(["tail", "--limit", "0", "--config"])
+        .arg(&config)
+        .env("OUTBOXD_TEST_PW", "from-file")
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let unset = tail(&config, &["--limit", "0"], Duration::from_secs(30));
+    assert!(!unset.success);
+    assert!(unset.stderr.contains("OUTBOXD_TEST_PW"), "{}", unset.stderr);
+}
