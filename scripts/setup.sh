@@ -2,13 +2,14 @@
 # Installs what a fresh Debian machine lacks to build and test outboxd:
 # C toolchain pieces for librdkafka (rdkafka-sys builds it from source),
 # PostgreSQL 15 server and client, Java 17 and Maven for the Kafka broker,
-# and the unprivileged user that runs test servers when we are root.
+# Prometheus (its server and promtool check the dashboards and alert rules in
+# docker/), and the unprivileged user that runs test servers when we are root.
 # Idempotent: does nothing (and asks no registry) when all is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libssl-dev libcurl4-openssl-dev libsasl2-dev zlib1g-dev libzstd-dev
-  postgresql-15 postgresql-client-15 openssl openjdk-17-jre-headless maven python3 curl)
+  postgresql-15 postgresql-client-15 openssl openjdk-17-jre-headless maven python3 curl prometheus)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

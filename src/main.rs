@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use outboxd::cli::{settings, tail};
+use outboxd::cli::{check, settings, tail};
 use outboxd::config::{Config, LogFormat};
 
 #[derive(Parser)]
@@ -38,6 +38,13 @@ enum Command {
         /// Stop after printing this many events.
         #[arg(long)]
         limit: Option<u64>,
+    },
+    /// Check that PostgreSQL and Kafka are ready for `run`, creating nothing.
+    /// Exit code 0: ready; 1: a check failed; 2: unreadable configuration.
+    Check {
+        /// Configuration file (TOML).
+        #[arg(long, short, env = "OUTBOXD_CONFIG")]
+        config: PathBuf,
     },
 }
 
@@ -74,17 +81,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let cfg = load(&config)?;
             cfg.validate_for_relay()
                 .with_context(|| format!("invalid configuration {}", config.display()))?;
-            if let Some(addr) = cfg.metrics.listen {
-                outboxd::metrics::serve(addr)?;
-            }
             let source = settings::source_settings(&cfg)?;
             let slot = cfg.postgres.slot.clone();
-            outboxd::relay::run(
-                outboxd::relay::RelaySettings::new(source, cfg),
-                shutdown_signal(),
-            )
-            .await
-            .with_context(|| format!("relay of slot {slot:?} stopped"))?;
+            let relay = outboxd::relay::RelaySettings::new(source, cfg);
+            if let Some(addr) = relay.config.metrics.listen {
+                let health = std::sync::Arc::clone(&relay.health);
+                outboxd::metrics::serve(addr, std::sync::Arc::clone(&health))?;
+                let every = relay.config.metrics.slot_sample_interval;
+                outboxd::metrics::slot::spawn_sampler(
+                    relay.source.conn.clone(),
+                    slot.clone(),
+                    every,
+                    health,
+                );
+            }
+            outboxd::relay::run(relay, shutdown_signal())
+                .await
+                .with_context(|| format!("relay of slot {slot:?} stopped"))?;
         }
         Command::Tail {
             config,
@@ -103,6 +116,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("tail of slot {:?} failed", cfg.postgres.slot))?;
         }
+        // Dispatched in `main`: it has exit codes of its own.
+        Command::Check { .. } => unreachable!("`check` is run by main"),
     }
     Ok(())
 }
@@ -119,6 +134,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Command::Check { config } = &cli.command {
+        return ExitCode::from(rt.block_on(check::run(config, &mut std::io::stdout())));
+    }
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

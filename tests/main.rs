@@ -3,5 +3,6 @@
 //! harness: a private PostgreSQL cluster per test and a real Kafka broker.
 
 mod harness;
+mod ops;
 mod relay;
 mod source;

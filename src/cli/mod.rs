@@ -1,5 +1,6 @@
 //! Command-line entry points. The binary only parses arguments, sets up
 //! logging and adds context to errors; the work happens in these functions.
 
+pub mod check;
 pub mod settings;
 pub mod tail;

@@ -48,6 +48,9 @@ const ALL_KEYS: &[&str] = &[
     "relay.reconnect_backoff_min",
     "relay.reconnect_backoff_max",
     "metrics.listen",
+    "metrics.slot_sample_interval",
+    "metrics.stall_threshold",
+    "metrics.debezium_aliases",
     "log.format",
     "log.level",
 ];
@@ -296,5 +299,24 @@ fn from_file_reads_and_reports_path() {
     match Config::from_file(&missing) {
         Err(ConfigError::Io { path, .. }) => assert_eq!(path, missing),
         other => panic!("expected Io, got {other:?}"),
+    }
+}
+
+#[test]
+fn metrics_keys_parse_and_zero_durations_are_refused() {
+    let base = "[postgres]\nurl = \"postgresql://h/db\"\n[metrics]\n";
+    let cfg = parse(&format!(
+        "{base}slot_sample_interval = \"2s\"\nstall_threshold = \"90s\"\ndebezium_aliases = true"
+    ))
+    .unwrap();
+    assert_eq!(cfg.metrics.slot_sample_interval, Duration::from_secs(2));
+    assert_eq!(cfg.metrics.stall_threshold, Duration::from_secs(90));
+    assert!(cfg.metrics.debezium_aliases);
+    for key in ["slot_sample_interval", "stall_threshold"] {
+        let err = parse_err(&format!("{base}{key} = \"0s\""));
+        assert!(
+            err.contains("greater than zero") && err.contains("line 4"),
+            "{err}"
+        );
     }
 }

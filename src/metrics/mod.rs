@@ -1,12 +1,31 @@
-//! Metric names, in one place, and the Prometheus endpoint.
+//! Metric names, in one place, and the HTTP endpoint serving them with the
+//! health checks.
 //!
 //! Every metric outboxd exports is declared here with its meaning; the table
-//! in README.md is written from this list. Code records through the helpers
-//! below, never with ad-hoc name strings.
+//! in README.md is written from this list. Code records through these
+//! constants and the helpers below, never with ad-hoc name strings.
+//!
+//! Files: `health` (the shared liveness/readiness state the relay updates),
+//! `export` (gauges derived from it at scrape time, Debezium aliases),
+//! `http` (the tiny HTTP/1.1 responder), `slot` (the slot sampler),
+//! `kafka` (librdkafka statistics).
+
+mod export;
+pub mod health;
+mod http;
+pub mod kafka;
+pub mod slot;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
+use metrics::Counter;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+
+pub use health::Health;
+
+use crate::source::transactions::IgnoredCounts;
 
 /// Events handed to Kafka and acknowledged, by topic (counter).
 pub const EVENTS_PUBLISHED: &str = "outboxd_events_published_total";
@@ -14,6 +33,8 @@ pub const EVENTS_PUBLISHED: &str = "outboxd_events_published_total";
 pub const BYTES_PUBLISHED: &str = "outboxd_bytes_published_total";
 /// Outbox events decoded from the WAL (counter).
 pub const EVENTS_SEEN: &str = "outboxd_events_seen_total";
+/// Changes and messages the slot sent that are not events, by reason (counter).
+pub const EVENTS_FILTERED: &str = "outboxd_events_filtered_total";
 /// Events sent to the dead-letter topic, by reason (counter).
 pub const EVENTS_DEAD_LETTERED: &str = "outboxd_events_dead_lettered_total";
 /// Failed deliveries, by error code and kind (counter).
@@ -26,19 +47,72 @@ pub const TRANSACTIONS: &str = "outboxd_transactions_total";
 pub const IN_FLIGHT_EVENTS: &str = "outboxd_in_flight_events";
 /// Bytes of those events (gauge).
 pub const IN_FLIGHT_BYTES: &str = "outboxd_in_flight_bytes";
+/// `relay.max_in_flight_events` (gauge).
+pub const IN_FLIGHT_EVENTS_LIMIT: &str = "outboxd_in_flight_events_limit";
+/// `relay.max_in_flight_bytes` (gauge).
+pub const IN_FLIGHT_BYTES_LIMIT: &str = "outboxd_in_flight_bytes_limit";
 /// The slot position outboxd last confirmed, as a number (gauge).
 pub const CONFIRMED_LSN: &str = "outboxd_confirmed_lsn";
 /// The highest WAL position received from the server (gauge).
 pub const RECEIVED_LSN: &str = "outboxd_received_lsn";
 /// 1 while the relay is halted by a poison event under on_error = "stop" (gauge).
 pub const HALTED: &str = "outboxd_halted";
+/// 1 while connected, by side: `postgres` or `kafka` (gauge).
+pub const CONNECTED: &str = "outboxd_connected";
+/// Seconds the confirmed position has stood still while events were pending (gauge).
+pub const STALL_SECONDS: &str = "outboxd_stall_seconds";
 /// Seconds from the PostgreSQL commit to the Kafka acknowledgement (histogram).
 pub const COMMIT_TO_ACK_SECONDS: &str = "outboxd_commit_to_ack_seconds";
+/// Seconds from receiving the event's WAL to the Kafka acknowledgement (histogram).
+pub const WAL_RECEIVE_TO_ACK_SECONDS: &str = "outboxd_wal_receive_to_ack_seconds";
+/// The server's current WAL position, sampled (gauge).
+pub const SERVER_LSN: &str = "outboxd_server_lsn";
+/// Current WAL position minus the slot's confirmed_flush_lsn (gauge).
+pub const SLOT_LAG_BYTES: &str = "outboxd_slot_lag_bytes";
+/// Current WAL position minus the slot's restart_lsn: WAL the slot pins (gauge).
+pub const SLOT_RETAINED_WAL_BYTES: &str = "outboxd_slot_retained_wal_bytes";
+/// 1 for the slot's current wal_status, 0 for the others, by status (gauge).
+pub const SLOT_WAL_STATUS: &str = "outboxd_slot_wal_status";
+/// WAL that may still be written before the slot is lost (gauge; NaN = no limit).
+pub const SLOT_SAFE_WAL_SIZE_BYTES: &str = "outboxd_slot_safe_wal_size_bytes";
+/// 1 while a walsender streams the slot (ours or anyone's) (gauge).
+pub const SLOT_ACTIVE: &str = "outboxd_slot_active";
+/// Average request round trip per broker, from librdkafka statistics (gauge).
+pub const KAFKA_BROKER_RTT_SECONDS: &str = "outboxd_kafka_broker_rtt_seconds";
+/// Records in the producer's queues, not yet acknowledged (gauge).
+pub const KAFKA_OUTBOUND_QUEUE_MESSAGES: &str = "outboxd_kafka_outbound_queue_messages";
+/// Their bytes (gauge).
+pub const KAFKA_OUTBOUND_QUEUE_BYTES: &str = "outboxd_kafka_outbound_queue_bytes";
+/// Always 1, labelled with the version (gauge).
+pub const BUILD_INFO: &str = "outboxd_build_info";
 
-/// Buckets for the latency histogram: 1 ms to 2 min, roughly x2.5 apart.
+/// Debezium's streaming metrics (behind `metrics.debezium_aliases`).
+pub const DBZ_MILLISECONDS_BEHIND_SOURCE: &str = "debezium_metrics_MilliSecondsBehindSource";
+pub const DBZ_TOTAL_NUMBER_OF_EVENTS_SEEN: &str = "debezium_metrics_TotalNumberOfEventsSeen";
+pub const DBZ_QUEUE_REMAINING_CAPACITY: &str = "debezium_metrics_QueueRemainingCapacity";
+pub const DBZ_CONNECTED: &str = "debezium_metrics_Connected";
+pub const DBZ_MILLISECONDS_SINCE_LAST_EVENT: &str = "debezium_metrics_MilliSecondsSinceLastEvent";
+
+/// `reason` values of [`EVENTS_FILTERED`], in [`Filtered`]'s order.
+pub const FILTERED_REASONS: [&str; 5] = [
+    "other_table",
+    "outbox_update",
+    "outbox_delete",
+    "outbox_truncate",
+    "other_prefix_message",
+];
+
+/// `status` values of [`SLOT_WAL_STATUS`] (pg_replication_slots.wal_status).
+pub const WAL_STATUSES: [&str; 4] = ["reserved", "extended", "unreserved", "lost"];
+
+/// Buckets for the latency histograms: 1 ms to 2 min, roughly x2.5 apart.
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
+
+/// How often histogram samples are folded in when nobody scrapes, so they
+/// do not pile up in memory.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot start the metrics endpoint on {addr} (metrics.listen): {reason}")]
@@ -47,20 +121,33 @@ pub struct MetricsError {
     pub reason: String,
 }
 
-/// Installs the global recorder and serves `/metrics` on `addr`. Must run
-/// inside a tokio runtime.
-pub fn serve(addr: SocketAddr) -> Result<(), MetricsError> {
+/// Installs the global recorder and serves `/metrics`, `/healthz` and
+/// `/readyz` on `addr`, answering from `health`. Must run inside a tokio
+/// runtime. Binds before returning, so a taken port is an error here.
+pub fn serve(addr: SocketAddr, health: Arc<Health>) -> Result<(), MetricsError> {
     let err = |reason: String| MetricsError { addr, reason };
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .set_buckets_for_metric(
-            Matcher::Full(COMMIT_TO_ACK_SECONDS.to_string()),
-            LATENCY_BUCKETS,
-        )
-        .map_err(|e| err(e.to_string()))?
-        .install()
+    let listener = std::net::TcpListener::bind(addr)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(tokio::net::TcpListener::from_std)
         .map_err(|e| err(e.to_string()))?;
+    let mut builder = PrometheusBuilder::new();
+    for name in [COMMIT_TO_ACK_SECONDS, WAL_RECEIVE_TO_ACK_SECONDS] {
+        builder = builder
+            .set_buckets_for_metric(Matcher::Full(name.to_string()), LATENCY_BUCKETS)
+            .map_err(|e| err(e.to_string()))?;
+    }
+    let handle = builder.install_recorder().map_err(|e| err(e.to_string()))?;
     describe();
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(UPKEEP_INTERVAL).await;
+            upkeep.run_upkeep();
+        }
+    });
+    tokio::spawn(http::serve(listener, handle, health));
+    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
     Ok(())
 }
 
@@ -73,6 +160,10 @@ fn describe() {
         "Bytes of events acknowledged by Kafka, by topic"
     );
     describe_counter!(EVENTS_SEEN, "Outbox events decoded from the WAL");
+    describe_counter!(
+        EVENTS_FILTERED,
+        "Changes and logical messages from the slot that are not events, by reason"
+    );
     describe_counter!(
         EVENTS_DEAD_LETTERED,
         "Events sent to the dead-letter topic, by reason"
@@ -92,17 +183,107 @@ fn describe() {
         Unit::Bytes,
         "Bytes of unacknowledged events"
     );
+    describe_gauge!(IN_FLIGHT_EVENTS_LIMIT, "relay.max_in_flight_events");
+    describe_gauge!(
+        IN_FLIGHT_BYTES_LIMIT,
+        Unit::Bytes,
+        "relay.max_in_flight_bytes"
+    );
     describe_gauge!(CONFIRMED_LSN, "Slot position last confirmed to PostgreSQL");
     describe_gauge!(RECEIVED_LSN, "Highest WAL position received");
     describe_gauge!(HALTED, "1 while halted by a poison event (on_error = stop)");
+    describe_gauge!(CONNECTED, "1 while connected, by side (postgres, kafka)");
+    describe_gauge!(
+        STALL_SECONDS,
+        Unit::Seconds,
+        "Time the confirmed position has stood still while events were pending"
+    );
     describe_histogram!(
         COMMIT_TO_ACK_SECONDS,
         Unit::Seconds,
         "PostgreSQL commit to Kafka acknowledgement"
     );
+    describe_histogram!(
+        WAL_RECEIVE_TO_ACK_SECONDS,
+        Unit::Seconds,
+        "Receipt of the event's WAL to Kafka acknowledgement"
+    );
+    describe_gauge!(SERVER_LSN, "The server's current WAL position (sampled)");
+    describe_gauge!(
+        SLOT_LAG_BYTES,
+        Unit::Bytes,
+        "Current WAL position minus the slot's confirmed_flush_lsn"
+    );
+    describe_gauge!(
+        SLOT_RETAINED_WAL_BYTES,
+        Unit::Bytes,
+        "Current WAL position minus the slot's restart_lsn (WAL kept for the slot)"
+    );
+    describe_gauge!(SLOT_WAL_STATUS, "1 for the slot's current wal_status");
+    describe_gauge!(
+        SLOT_SAFE_WAL_SIZE_BYTES,
+        Unit::Bytes,
+        "WAL that can still be written before the slot is lost (NaN: no limit)"
+    );
+    describe_gauge!(SLOT_ACTIVE, "1 while the slot is being streamed");
+    describe_gauge!(
+        KAFKA_BROKER_RTT_SECONDS,
+        Unit::Seconds,
+        "Average request round trip per broker (librdkafka statistics)"
+    );
+    describe_gauge!(
+        KAFKA_OUTBOUND_QUEUE_MESSAGES,
+        "Records in the producer's queues, not yet acknowledged"
+    );
+    describe_gauge!(
+        KAFKA_OUTBOUND_QUEUE_BYTES,
+        Unit::Bytes,
+        "Bytes of records in the producer's queues"
+    );
+    describe_gauge!(BUILD_INFO, "Always 1; the version is a label");
 }
 
 /// Sets an LSN gauge. f64 holds LSNs exactly up to 2^53 bytes (8 PiB of WAL).
 pub fn gauge_lsn(name: &'static str, lsn: crate::Lsn) {
     metrics::gauge!(name).set(lsn.0 as f64);
+}
+
+/// Turns the assembler's running [`IgnoredCounts`] into increments of
+/// [`EVENTS_FILTERED`]. One per session (the counts restart with the
+/// assembler); sampled, not called per change, so filtering stays free.
+pub struct Filtered {
+    counters: [Counter; 5],
+    last: IgnoredCounts,
+}
+
+impl Filtered {
+    /// Registers every reason, so each series exists (at 0) from the start.
+    pub fn new() -> Filtered {
+        Filtered {
+            counters: FILTERED_REASONS.map(|r| metrics::counter!(EVENTS_FILTERED, "reason" => r)),
+            last: IgnoredCounts::default(),
+        }
+    }
+
+    pub fn update(&mut self, now: IgnoredCounts) {
+        let pairs = [
+            (now.other_table_changes, self.last.other_table_changes),
+            (now.outbox_updates, self.last.outbox_updates),
+            (now.outbox_deletes, self.last.outbox_deletes),
+            (now.outbox_truncates, self.last.outbox_truncates),
+            (now.other_prefix_messages, self.last.other_prefix_messages),
+        ];
+        for (counter, (now, last)) in self.counters.iter().zip(pairs) {
+            if now > last {
+                counter.increment(now - last);
+            }
+        }
+        self.last = now;
+    }
+}
+
+impl Default for Filtered {
+    fn default() -> Self {
+        Filtered::new()
+    }
 }

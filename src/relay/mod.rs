@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::config::{Config, OnError};
+use crate::metrics::{self as m, Health};
 use crate::outbox::{MappingConfigError, RecordMapper};
 use crate::sink::SinkError;
 use crate::source::session::{SourceError, SourceSettings};
@@ -61,6 +62,8 @@ pub struct RelaySettings {
     pub brokers: String,
     pub config: Config,
     pub dead_letter_topic: Option<Arc<str>>,
+    /// Shared with the health endpoint: the relay reports into it.
+    pub health: Arc<Health>,
 }
 
 impl RelaySettings {
@@ -73,6 +76,7 @@ impl RelaySettings {
         RelaySettings {
             source,
             brokers,
+            health: Arc::new(Health::new(&config)),
             config,
             dead_letter_topic,
         }
@@ -93,14 +97,29 @@ pub async fn run(
     let mut mapper = RecordMapper::new(&settings.config.outbox.columns, &settings.config.routing)?;
     let mut poison = session::PoisonMemory::default();
     let relay = &settings.config.relay;
+    register_metrics(&settings.config);
+    let health = &settings.health;
     let mut backoff = relay.reconnect_backoff_min;
     loop {
         let started = Instant::now();
         let result = Session::run(&settings, &mut mapper, &mut poison, stop_rx.clone()).await;
+        // Whatever was in flight is re-read by the next session.
+        health.session_ended();
+        metrics::gauge!(m::IN_FLIGHT_EVENTS).set(0.0);
+        metrics::gauge!(m::IN_FLIGHT_BYTES).set(0.0);
         let cause = match result {
             Ok(SessionEnd::Shutdown) => return Ok(()),
+            // Kafka-side ends; the session marked Kafka down if it was a
+            // transport failure (a refused event is no outage).
             Ok(SessionEnd::Reconnect(cause)) => cause,
-            Err(e) if e.is_retryable() => e.to_string(),
+            Err(e) if e.is_retryable() => {
+                let cause = e.to_string();
+                match e {
+                    RelayError::Source(_) => health.postgres_down(Some(&cause)),
+                    _ => health.kafka_down(&cause),
+                }
+                cause
+            }
             Err(e) => return Err(e),
         };
         if started.elapsed() >= HEALTHY_SESSION {
@@ -117,13 +136,30 @@ pub async fn run(
     }
 }
 
+/// Reconnect causes, as [`cause_label`] names them.
+const CAUSE_LABELS: [&str; 3] = ["kafka_delivery", "kafka", "postgres"];
+
+/// The configured limits, and every known label value at 0, so each series
+/// exists from the start (rate() and absent() need that).
+fn register_metrics(config: &Config) {
+    metrics::gauge!(m::IN_FLIGHT_EVENTS_LIMIT).set(config.relay.max_in_flight_events as f64);
+    metrics::gauge!(m::IN_FLIGHT_BYTES_LIMIT).set(config.relay.max_in_flight_bytes as f64);
+    metrics::gauge!(m::HALTED).set(0.0);
+    for cause in CAUSE_LABELS {
+        metrics::counter!(m::RECONNECTS, "cause" => cause).increment(0);
+    }
+    for reason in session::DEAD_LETTER_REASONS {
+        metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => reason).increment(0);
+    }
+}
+
 /// A short, bounded label for the reconnect metric.
 fn cause_label(cause: &str) -> &'static str {
     if cause.starts_with("delivery") {
-        "kafka_delivery"
+        CAUSE_LABELS[0]
     } else if cause.contains("Kafka") || cause.contains("kafka") {
-        "kafka"
+        CAUSE_LABELS[1]
     } else {
-        "postgres"
+        CAUSE_LABELS[2]
     }
 }

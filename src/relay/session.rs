@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::Counter;
+use metrics::{Counter, Histogram};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -33,6 +33,9 @@ const MIN_STATUS_GAP: Duration = Duration::from_millis(100);
 /// How long to wait for the rest of a refused batch's reports. librdkafka
 /// reports a failed batch in one go; this only covers scheduling delays.
 const BATCH_MATE_WAIT: Duration = Duration::from_millis(500);
+
+/// `reason` values of the dead-letter counter (the `kind` of [`Session::poisoned`]).
+pub(super) const DEAD_LETTER_REASONS: [&str; 2] = ["mapping", "delivery"];
 
 pub enum SessionEnd {
     Shutdown,
@@ -67,6 +70,8 @@ struct InFlight {
     dead_lettered: bool,
     /// Sent with nothing else in flight (a suspect on trial).
     isolated: bool,
+    /// When the WAL carrying it arrived, for the receive-to-ack histogram.
+    received_at: Instant,
 }
 
 pub struct Session<'a> {
@@ -82,6 +87,10 @@ pub struct Session<'a> {
     /// Set when a poison event stopped the relay (`on_error = "stop"`).
     halted: Option<String>,
     published: HashMap<Arc<str>, (Counter, Counter)>,
+    /// When the message being processed arrived.
+    received_at: Instant,
+    filtered: m::Filtered,
+    wal_to_ack: Histogram,
 }
 
 impl<'a> Session<'a> {
@@ -91,9 +100,20 @@ impl<'a> Session<'a> {
         poison: &'a mut PoisonMemory,
         mut stop: watch::Receiver<bool>,
     ) -> Result<SessionEnd, RelayError> {
+        let health = &settings.health;
         let mut source = SourceSession::open(&settings.source).await?;
-        let sink = KafkaSink::new(&settings.brokers, &settings.config.kafka)?;
+        health.postgres_up();
+        health.progress(0, source.start_lsn);
+        // Statistics feed only the endpoint's gauges: none without one.
+        let metrics_on = settings.config.metrics.listen.is_some();
+        let stats = metrics_on.then(|| m::kafka::stats_hook(Arc::clone(health)));
+        let sink = KafkaSink::with_stats(&settings.brokers, &settings.config.kafka, stats)?;
+        health.new_producer();
         let topics = TopicManager::new(&settings.brokers, &settings.config.kafka)?;
+        // A halt belongs to its session; the next one re-reads the event and
+        // decides again.
+        health.set_halted(None);
+        metrics::gauge!(m::HALTED).set(0.0);
         let mut s = Session {
             settings,
             mapper,
@@ -105,6 +125,9 @@ impl<'a> Session<'a> {
             ordinal: 0,
             halted: None,
             published: HashMap::new(),
+            received_at: Instant::now(),
+            filtered: m::Filtered::new(),
+            wal_to_ack: metrics::histogram!(m::WAL_RECEIVE_TO_ACK_SECONDS),
         };
         let relay = &settings.config.relay;
         let interval = settings.config.postgres.status_interval;
@@ -117,6 +140,7 @@ impl<'a> Session<'a> {
                 if drained || Instant::now() >= deadline {
                     let confirmed = s.tracker.confirmable();
                     tracing::info!(%confirmed, unacked = s.tracker.in_flight(), drained, "shutting down");
+                    s.filtered.update(source.ignored());
                     source.finish(confirmed).await?;
                     m::gauge_lsn(m::CONFIRMED_LSN, confirmed);
                     return Ok(SessionEnd::Shutdown);
@@ -148,6 +172,7 @@ impl<'a> Session<'a> {
                 _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() => {}
                 received = source.next(&mut items), if reading => {
                     let received = received?;
+                    s.received_at = Instant::now();
                     for item in items.drain(..) {
                         if let Some(end) = s.on_item(item).await? {
                             return Ok(end);
@@ -175,9 +200,11 @@ impl<'a> Session<'a> {
                     .map_err(crate::source::session::SourceError::from)?;
                 m::gauge_lsn(m::CONFIRMED_LSN, source.stream().last_sent());
                 m::gauge_lsn(m::RECEIVED_LSN, source.stream().received());
+                s.filtered.update(source.ignored());
             }
             metrics::gauge!(m::IN_FLIGHT_EVENTS).set(s.tracker.in_flight() as f64);
             metrics::gauge!(m::IN_FLIGHT_BYTES).set(s.tracker.in_flight_bytes() as f64);
+            health.progress(s.tracker.in_flight(), source.stream().last_sent());
         }
     }
 
@@ -191,6 +218,7 @@ impl<'a> Session<'a> {
             }
             SourceItem::Event(event) => {
                 metrics::counter!(m::EVENTS_SEEN).increment(1);
+                self.settings.health.event_seen();
                 let identity = (event.commit_lsn, self.ordinal);
                 self.ordinal += 1;
                 let record = match self.mapper.map(&event) {
@@ -250,6 +278,7 @@ impl<'a> Session<'a> {
     fn halt(&mut self, reason: String) {
         tracing::error!(%reason, "relay halted");
         metrics::gauge!(m::HALTED).set(1.0);
+        self.settings.health.set_halted(Some(reason.clone()));
         self.halted = Some(reason);
     }
 
@@ -269,6 +298,7 @@ impl<'a> Session<'a> {
             identity,
             dead_lettered,
             isolated: false,
+            received_at: self.received_at,
         };
         self.enqueue(entry).await
     }
@@ -294,6 +324,7 @@ impl<'a> Session<'a> {
             identity,
             dead_lettered: false,
             isolated: true,
+            received_at: self.received_at,
         };
         if let Some(end) = self.enqueue(entry).await? {
             return Ok(Some(end));
@@ -391,20 +422,15 @@ impl<'a> Session<'a> {
                         self.in_flight.insert(entry.id.get(), entry);
                         return Ok(None);
                     }
-                    let InFlight {
-                        id,
-                        record,
-                        event,
-                        identity,
-                        ..
-                    } = entry;
                     // The tracker slot stays; the DLQ copy (or nothing, when
                     // halted) is what acks it.
-                    return self
-                        .redirect(id, event, record, identity, "delivery", &error)
-                        .await;
+                    return self.redirect(entry, "delivery", &error).await;
                 }
-                Err(e) => return Ok(Some(SessionEnd::Reconnect(format!("delivery failed: {e}")))),
+                Err(e) => {
+                    let cause = format!("delivery failed: {e}");
+                    self.settings.health.kafka_down(&cause);
+                    return Ok(Some(SessionEnd::Reconnect(cause)));
+                }
             }
         }
     }
@@ -412,13 +438,18 @@ impl<'a> Session<'a> {
     /// Re-targets an event whose tracker slot already exists.
     async fn redirect(
         &mut self,
-        id: DeliveryId,
-        event: OutboxEvent,
-        record: KafkaRecord,
-        identity: EventIdentity,
+        entry: InFlight,
         kind: &str,
         error: &str,
     ) -> Result<Option<SessionEnd>, RelayError> {
+        let InFlight {
+            id,
+            record,
+            event,
+            identity,
+            received_at,
+            ..
+        } = entry;
         match (
             &self.settings.config.relay.on_error,
             self.settings.dead_letter_topic.clone(),
@@ -436,6 +467,7 @@ impl<'a> Session<'a> {
                     identity,
                     dead_lettered: true,
                     isolated: false,
+                    received_at,
                 }))
                 .await
             }
@@ -454,6 +486,7 @@ impl<'a> Session<'a> {
                         identity,
                         dead_lettered: false,
                         isolated: false,
+                        received_at,
                     },
                 );
                 Ok(None)
@@ -487,8 +520,13 @@ impl<'a> Session<'a> {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_micros() as i64)
                     .unwrap_or(0);
-                metrics::histogram!(m::COMMIT_TO_ACK_SECONDS)
-                    .record(((now_us - entry.event.commit_time_us).max(0) as f64) / 1e6);
+                let behind_us = (now_us - entry.event.commit_time_us).max(0);
+                metrics::histogram!(m::COMMIT_TO_ACK_SECONDS).record(behind_us as f64 / 1e6);
+                self.wal_to_ack
+                    .record(entry.received_at.elapsed().as_secs_f64());
+                let health = &self.settings.health;
+                health.acked(behind_us / 1000);
+                health.kafka_up();
                 Ok(None)
             }
             Err(failure) => {
@@ -522,6 +560,7 @@ impl<'a> Session<'a> {
                     FailureKind::Transport => {
                         // Freeze: nothing after this event may be confirmed.
                         let _ = self.tracker.fail(entry.id);
+                        self.settings.health.kafka_down(&error);
                         Ok(Some(SessionEnd::Reconnect(format!(
                             "delivery failed: {error}"
                         ))))

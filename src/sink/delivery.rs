@@ -5,12 +5,13 @@
 use std::ffi::CStr;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, DeliveryResult};
 use rdkafka::producer::ProducerContext;
+use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Message};
 use tokio::sync::mpsc::UnboundedSender;
@@ -86,12 +87,17 @@ pub fn classify(code: RDKafkaErrorCode) -> FailureKind {
     }
 }
 
+/// Receives librdkafka's parsed statistics (every `statistics.interval.ms`,
+/// on librdkafka's thread): the metrics layer turns them into gauges.
+pub type StatsHook = Arc<dyn Fn(&Statistics) + Send + Sync>;
+
 /// The producer's context: sends each delivery report to the sink and keeps
 /// the fatal error, if librdkafka raises one.
 pub struct DeliveryContext {
     reports: UnboundedSender<DeliveryReport>,
     fatal_raised: AtomicBool,
     fatal_reason: Mutex<Option<String>>,
+    stats: Option<StatsHook>,
 }
 
 impl DeliveryContext {
@@ -100,7 +106,15 @@ impl DeliveryContext {
             reports,
             fatal_raised: AtomicBool::new(false),
             fatal_reason: Mutex::new(None),
+            stats: None,
         }
+    }
+
+    /// Hands statistics to `hook` (librdkafka only emits them when
+    /// `statistics.interval.ms` is set).
+    pub fn with_stats(mut self, hook: Option<StatsHook>) -> DeliveryContext {
+        self.stats = hook;
+        self
     }
 
     /// The fatal error librdkafka raised, if any: this producer delivers
@@ -149,6 +163,13 @@ impl DeliveryContext {
 }
 
 impl ClientContext for DeliveryContext {
+    // rdkafka's default logs the whole structure at info; we export it.
+    fn stats(&self, statistics: Statistics) {
+        if let Some(hook) = &self.stats {
+            hook(&statistics);
+        }
+    }
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         // librdkafka announces a fatal error with this log line (always
         // emitted, at LOG_EMERG) before it fails the records it concerns. The

@@ -57,8 +57,8 @@ mod mock_tests;
 
 pub use config::{admin_client_config, client_config, DEFAULTS, ENFORCED};
 pub use delivery::{
-    classify, Delivered, DeliveryContext, DeliveryFailure, DeliveryReport, FailureKind,
+    classify, Delivered, DeliveryContext, DeliveryFailure, DeliveryReport, FailureKind, StatsHook,
 };
 pub use error::{SendError, SinkConfigError, SinkError};
-pub use producer::KafkaSink;
+pub use producer::{KafkaSink, STATS_INTERVAL_MS};
 pub use topics::TopicManager;

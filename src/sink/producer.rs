@@ -9,13 +9,17 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
 use super::config::client_config;
-use super::delivery::{self, classify, DeliveryContext, DeliveryReport, FailureKind};
+use super::delivery::{self, classify, DeliveryContext, DeliveryReport, FailureKind, StatsHook};
 use super::error::{creation_error, SendError, SinkError};
 use crate::config::KafkaConfig;
 
 /// How often [`KafkaSink::flush`] looks at the queue: short next to the
 /// 5 ms linger, long enough not to spin.
 const FLUSH_CHECK_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Default statistics period when a hook wants them: fresher than a 15 s
+/// scrape, and parsing the JSON every 5 s costs nothing worth measuring.
+pub const STATS_INTERVAL_MS: &str = "5000";
 
 /// The producer side of the relay. librdkafka's polling thread (inside
 /// [`ThreadedProducer`]) runs the delivery callbacks; their reports wait on an
@@ -30,11 +34,25 @@ impl KafkaSink {
     /// Creates the producer. Connects in the background: an unreachable
     /// broker shows up as delivery timeouts, not here.
     pub fn new(brokers: &str, kafka: &KafkaConfig) -> Result<KafkaSink, SinkError> {
+        KafkaSink::with_stats(brokers, kafka, None)
+    }
+
+    /// As [`KafkaSink::new`], handing librdkafka's statistics to `stats`
+    /// every `statistics.interval.ms` ([`STATS_INTERVAL_MS`] unless
+    /// `[kafka.properties]` sets it; "0" there turns them off).
+    pub fn with_stats(
+        brokers: &str,
+        kafka: &KafkaConfig,
+        stats: Option<StatsHook>,
+    ) -> Result<KafkaSink, SinkError> {
         let mut config = client_config(brokers, &kafka.properties)?;
         config.set_log_level(delivery::log_level());
+        if stats.is_some() && !kafka.properties.contains_key("statistics.interval.ms") {
+            config.set("statistics.interval.ms", STATS_INTERVAL_MS);
+        }
         let (tx, reports) = mpsc::unbounded_channel();
         let producer = config
-            .create_with_context(DeliveryContext::new(tx))
+            .create_with_context(DeliveryContext::new(tx).with_stats(stats))
             .map_err(|e| creation_error("producer", e, &kafka.properties))?;
         Ok(KafkaSink { producer, reports })
     }

@@ -4,4 +4,4 @@
 mod e2e;
 mod faults;
 mod poison;
-mod support;
+pub(crate) mod support;

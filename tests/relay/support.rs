@@ -56,6 +56,12 @@ pub struct Relay {
 
 impl Relay {
     pub fn start(env: &Env) -> Relay {
+        Relay::start_with_env(env, &[])
+    }
+
+    /// Like [`start`](Self::start), with extra environment variables (for
+    /// `${VAR}` references and `password_env` in the config).
+    pub fn start_with_env(env: &Env, vars: &[(&str, &str)]) -> Relay {
         let log = env
             .dir
             .path()
@@ -64,6 +70,7 @@ impl Relay {
             .args(["run", "--config"])
             .arg(&env.config)
             .env("OUTBOXD_LOG", "info,outboxd=debug")
+            .envs(vars.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

@@ -3,6 +3,7 @@
 //! connection: some managed services reject SQL on the walsender.
 
 mod error;
+mod inspect;
 mod sql;
 
 use std::time::Duration;
@@ -10,6 +11,10 @@ use std::time::Duration;
 use tokio_postgres::Client;
 
 pub use error::AdminError;
+pub use inspect::{
+    publication_facts, qualified, server_facts, slot_lag_bytes, table_facts, type_fit, ColumnFacts,
+    Issue, PublicationFacts, ServerFacts, TableFacts, TypeFit,
+};
 pub use sql::connect_sql;
 
 use crate::Lsn;

@@ -1,0 +1,275 @@
+//! `outboxd check`: a preflight for `outboxd run`. One line per check with a
+//! verdict, and for every failure the fix, so "it doesn't relay" becomes a
+//! list of things to change before the first deploy, not a log to read after.
+//!
+//! It only looks: no slot, publication or topic is created (topic creation
+//! is validated with CreateTopics `validate_only`). Checks that cannot run
+//! because an earlier one failed (no connection, no brokers) are printed as
+//! `skip`, so the output always has the same shape.
+
+mod columns;
+mod kafka;
+mod postgres;
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::cli::settings;
+use crate::config::{Config, ConfigError};
+
+/// Every check passed (warnings allowed).
+pub const EXIT_OK: u8 = 0;
+/// At least one check failed.
+pub const EXIT_FAIL: u8 = 1;
+/// The configuration file cannot be read or parsed: nothing else was checked.
+pub const EXIT_CONFIG: u8 = 2;
+
+/// Application name of the check's connections, so a DBA seeing them in
+/// pg_stat_activity knows they are not the relay.
+const APPLICATION_NAME: &str = "outboxd-check";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Ok,
+    /// Not checked because an earlier check failed.
+    Skip,
+    /// Works, but deserves a look.
+    Warn,
+    Fail,
+}
+
+impl Verdict {
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Skip => "skip",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "FAIL",
+        }
+    }
+}
+
+/// One check's result. `detail` says what was found; for `Fail` and `Warn`
+/// it is the message naming the fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub verdict: Verdict,
+    pub name: &'static str,
+    pub detail: String,
+}
+
+impl Line {
+    pub fn new(verdict: Verdict, name: &'static str, detail: impl Into<String>) -> Line {
+        Line {
+            verdict,
+            name,
+            detail: detail.into(),
+        }
+    }
+    pub fn ok(name: &'static str, detail: impl Into<String>) -> Line {
+        Line::new(Verdict::Ok, name, detail)
+    }
+    pub fn warn(name: &'static str, detail: impl ToString) -> Line {
+        Line::new(Verdict::Warn, name, detail.to_string())
+    }
+    pub fn fail(name: &'static str, detail: impl ToString) -> Line {
+        Line::new(Verdict::Fail, name, detail.to_string())
+    }
+    pub fn skip(name: &'static str, why: &str) -> Line {
+        Line::new(Verdict::Skip, name, format!("not checked: {why}"))
+    }
+
+    /// Several findings about one check: the worst verdict, and the findings
+    /// of that verdict (what is fine is not worth reading next to a failure).
+    pub fn worst(name: &'static str, findings: Vec<(Verdict, String)>, fine: String) -> Line {
+        let Some(worst) = findings.iter().map(|(v, _)| *v).max() else {
+            return Line::ok(name, fine);
+        };
+        let detail: Vec<String> = findings
+            .into_iter()
+            .filter(|(v, _)| *v == worst)
+            .map(|(_, d)| d)
+            .collect();
+        Line::new(worst, name, detail.join("; "))
+    }
+}
+
+/// Prints lines as they come and counts verdicts.
+struct Report<'a> {
+    out: &'a mut dyn Write,
+    lines: Vec<Line>,
+}
+
+impl Report<'_> {
+    fn add(&mut self, line: Line) {
+        // A detail of several lines (a TOML error pointing at the line) is
+        // indented under the first, so every check still starts a line.
+        let detail = line.detail.replace('\n', &format!("\n{:25}", ""));
+        // A closed stdout (`outboxd check | head`) must not change the verdict.
+        let _ = writeln!(
+            self.out,
+            "{:<4}  {:<17}  {detail}",
+            line.verdict.label(),
+            line.name,
+        );
+        let _ = self.out.flush();
+        self.lines.push(line);
+    }
+
+    fn count(&self, v: Verdict) -> usize {
+        self.lines.iter().filter(|l| l.verdict == v).count()
+    }
+
+    /// Prints the summary; returns the exit code.
+    fn finish(&mut self) -> u8 {
+        let failed = self.count(Verdict::Fail);
+        let mut summary = format!(
+            "summary: {} ok, {} warn, {} FAIL",
+            self.count(Verdict::Ok),
+            self.count(Verdict::Warn),
+            failed
+        );
+        let skipped = self.count(Verdict::Skip);
+        if skipped > 0 {
+            summary.push_str(&format!(", {skipped} skipped"));
+        }
+        summary.push_str(if failed == 0 {
+            ": ready for `outboxd run`"
+        } else {
+            ": not ready; fix the FAIL lines above and run `outboxd check` again"
+        });
+        let _ = writeln!(self.out, "{summary}");
+        let _ = self.out.flush();
+        if failed == 0 {
+            EXIT_OK
+        } else {
+            EXIT_FAIL
+        }
+    }
+}
+
+/// Runs every check against the configuration at `path`, printing to `out`;
+/// returns the process exit code ([`EXIT_OK`], [`EXIT_FAIL`], [`EXIT_CONFIG`]).
+pub async fn run(path: &Path, out: &mut dyn Write) -> u8 {
+    let mut report = Report {
+        out,
+        lines: Vec::new(),
+    };
+    let cfg = match Config::from_file(path) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            // An I/O error names the path itself; `{:#}` adds the cause
+            // (e.g. "No such file or directory").
+            let detail = match e {
+                ConfigError::Io { .. } => format!("{:#}", anyhow::Error::new(e)),
+                e => format!("{}: {e}", path.display()),
+            };
+            report.add(Line::fail("config", detail));
+            report.finish();
+            return EXIT_CONFIG;
+        }
+    };
+    let for_relay = cfg.validate_for_relay();
+    let source = settings::source_settings(&cfg);
+    match (&for_relay, &source) {
+        (Ok(()), Ok(_)) => report.add(Line::ok(
+            "config",
+            format!(
+                "{}: valid (slot {:?}, publication {:?}, table {}, brokers {})",
+                path.display(),
+                cfg.postgres.slot,
+                cfg.postgres.publication,
+                cfg.outbox.table,
+                cfg.kafka.brokers.as_deref().unwrap_or_default()
+            ),
+        )),
+        (Err(e), _) | (_, Err(e)) => {
+            report.add(Line::fail("config", format!("{}: {e}", path.display())))
+        }
+    }
+
+    // Kafka runs meanwhile: an unreachable cluster takes its full metadata
+    // timeout, PostgreSQL usually answers at once.
+    let kafka = for_relay
+        .ok()
+        .and(cfg.kafka.brokers.clone())
+        .map(|brokers| tokio::spawn(kafka::check(brokers, cfg.clone())));
+    let pg_lines = match source {
+        Ok(mut s) => {
+            s.conn.application_name = APPLICATION_NAME.into();
+            postgres::check(&cfg, &s).await
+        }
+        Err(_) => postgres::skipped("the configuration is not usable (see config)"),
+    };
+    for line in pg_lines {
+        report.add(line);
+    }
+    let kafka_lines = match kafka {
+        Some(task) => task.await.unwrap_or_else(|e| {
+            vec![Line::fail(
+                "kafka",
+                format!("the Kafka checks stopped unexpectedly: {e}"),
+            )]
+        }),
+        None => kafka::skipped("kafka.brokers is not set (see config)"),
+    };
+    for line in kafka_lines {
+        report.add(line);
+    }
+    report.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worst_finding_decides() {
+        let l = Line::worst("x", vec![], "all fine".into());
+        assert_eq!((l.verdict, l.detail.as_str()), (Verdict::Ok, "all fine"));
+        let l = Line::worst(
+            "x",
+            vec![
+                (Verdict::Warn, "w".into()),
+                (Verdict::Fail, "f1".into()),
+                (Verdict::Fail, "f2".into()),
+            ],
+            "fine".into(),
+        );
+        assert_eq!((l.verdict, l.detail.as_str()), (Verdict::Fail, "f1; f2"));
+    }
+
+    #[test]
+    fn report_prints_lines_and_summary() {
+        let mut buf = Vec::new();
+        let mut r = Report {
+            out: &mut buf,
+            lines: Vec::new(),
+        };
+        r.add(Line::ok("config", "valid"));
+        r.add(Line::warn("slot", "unreserved"));
+        assert_eq!(r.finish(), EXIT_OK);
+        r.add(Line::fail("kafka", "down"));
+        assert_eq!(r.finish(), EXIT_FAIL);
+        let text = String::from_utf8(buf).unwrap();
+        assert!(
+            text.starts_with("ok    config             valid\n"),
+            "{text}"
+        );
+        assert!(text.contains("FAIL  kafka"), "{text}");
+        assert!(
+            text.contains("summary: 1 ok, 1 warn, 1 FAIL: not ready"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn unreadable_config_exits_2() {
+        let mut buf = Vec::new();
+        let code = run(Path::new("/nonexistent/outboxd.toml"), &mut buf).await;
+        assert_eq!(code, EXIT_CONFIG);
+        let text = String::from_utf8(buf).unwrap();
+        assert!(text.starts_with("FAIL  config"), "{text}");
+        assert!(text.contains("No such file"), "{text}");
+    }
+}

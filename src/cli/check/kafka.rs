@@ -1,0 +1,334 @@
+//! The Kafka half of `outboxd check`: the brokers answer, the topics known
+//! before any event (no placeholders) exist or may be created, and the
+//! cluster lets an idempotent producer in.
+//!
+//! Creating nothing: topic creation is asked with CreateTopics
+//! `validate_only`, and the idempotence probe is a producer that never
+//! produces. An idempotent producer asks for a producer id (InitProducerId)
+//! as soon as it reaches a broker; a cluster that refuses it (no
+//! IDEMPOTENT_WRITE, no WRITE on any topic) makes librdkafka raise a fatal
+//! error. librdkafka has no API for "the id was assigned", so the probe
+//! watches its `eos` debug log for the state change to `Assigned`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
+use rdkafka::ClientContext;
+
+use crate::config::routing::{parse_template, TemplatePart};
+use crate::config::{Config, OnError};
+use crate::sink::{admin_client_config, client_config, SinkError};
+
+use super::Line;
+
+/// One metadata round trip, as the relay's topic manager allows.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// For the producer id: a reachable cluster answers in well under a second.
+const PRODUCER_ID_TIMEOUT: Duration = Duration::from_secs(10);
+/// Between two looks at the probe's state.
+const PROBE_POLL: Duration = Duration::from_millis(100);
+
+pub fn skipped(why: &str) -> Vec<Line> {
+    vec![
+        Line::skip("kafka", why),
+        Line::skip("topics", why),
+        Line::skip("idempotence", why),
+    ]
+}
+
+pub async fn check(brokers: String, cfg: Config) -> Vec<Line> {
+    let admin = match admin_client_config(&brokers, &cfg.kafka.properties)
+        .map_err(|e| e.to_string())
+        .and_then(|c| {
+            c.create::<AdminClient<DefaultClientContext>>()
+                .map_err(|e| format!("cannot create the Kafka admin client: {e}"))
+        }) {
+        Ok(admin) => Arc::new(admin),
+        Err(e) => {
+            let mut lines = skipped("no Kafka client (see kafka)");
+            lines[0] = Line::fail("kafka", e);
+            return lines;
+        }
+    };
+    let reach = {
+        let admin = Arc::clone(&admin);
+        blocking(move || {
+            let md = admin.inner().fetch_metadata(None, METADATA_TIMEOUT)?;
+            Ok(md.brokers().len())
+        })
+        .await
+    };
+    match reach {
+        Ok(n) => {
+            let mut lines = vec![Line::ok(
+                "kafka",
+                format!("{n} broker(s) answered a metadata request via {brokers}"),
+            )];
+            lines.extend(topic_lines(&admin, &cfg).await);
+            lines.push(idempotence_line(&brokers, &cfg).await);
+            lines
+        }
+        Err(e) => {
+            let mut lines = skipped("Kafka did not answer (see kafka)");
+            lines[0] = Line::fail(
+                "kafka",
+                format!(
+                    "no metadata from kafka.brokers = {brokers:?} within {}s: {e}; check the \
+                     addresses, that the brokers run and are reachable from here, and the security \
+                     settings in [kafka.properties]",
+                    METADATA_TIMEOUT.as_secs()
+                ),
+            );
+            lines
+        }
+    }
+}
+
+/// Runs a blocking librdkafka call on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, KafkaError> + Send + 'static,
+) -> Result<T, KafkaError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or(Err(KafkaError::Canceled))
+}
+
+/// Topic templates and where each is configured. Topics the relay may
+/// write to: the default route, each rule's, and the dead-letter topic.
+fn templates(cfg: &Config) -> Vec<(String, String)> {
+    let mut out = vec![("routing.topic".to_string(), cfg.routing.topic.clone())];
+    for (i, rule) in cfg.routing.rules.iter().enumerate() {
+        out.push((format!("routing.rules[{i}].topic"), rule.topic.clone()));
+    }
+    if cfg.relay.on_error == OnError::DeadLetter {
+        if let Some(t) = &cfg.relay.dead_letter_topic {
+            out.push(("relay.dead_letter_topic".to_string(), t.clone()));
+        }
+    }
+    out
+}
+
+async fn topic_lines(admin: &Arc<AdminClient<DefaultClientContext>>, cfg: &Config) -> Vec<Line> {
+    let mut lines = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    if let Some(column) = cfg.outbox.columns.column_for_role("topic") {
+        lines.push(Line::ok(
+            "topics",
+            format!("column `{column}` (outbox.columns.topic): decided per event"),
+        ));
+    }
+    for (setting, template) in templates(cfg) {
+        let fixed = parse_template(&template)
+            .is_ok_and(|p| p.iter().all(|p| matches!(p, TemplatePart::Literal(_))));
+        if !fixed {
+            let note = if cfg.kafka.create_topics {
+                ""
+            } else {
+                "; kafka.create_topics = false, so each must exist before its first event"
+            };
+            lines.push(Line::ok(
+                "topics",
+                format!("{template} ({setting}): decided per event{note}"),
+            ));
+            continue;
+        }
+        if seen.contains(&template) {
+            continue;
+        }
+        seen.push(template.clone());
+        lines.push(topic_line(admin, cfg, &template, &setting).await);
+    }
+    lines
+}
+
+async fn topic_line(
+    admin: &Arc<AdminClient<DefaultClientContext>>,
+    cfg: &Config,
+    topic: &str,
+    setting: &str,
+) -> Line {
+    let state = {
+        let (admin, name) = (Arc::clone(admin), topic.to_string());
+        blocking(move || {
+            let md = admin
+                .inner()
+                .fetch_metadata(Some(&name), METADATA_TIMEOUT)?;
+            Ok(md
+                .topics()
+                .iter()
+                .find(|t| t.name() == name)
+                .map(|t| (t.error(), t.partitions().len())))
+        })
+        .await
+    };
+    let at = format!("{topic} ({setting})");
+    match state {
+        Err(source) => Line::fail(
+            "topics",
+            SinkError::Metadata {
+                topic: topic.into(),
+                source,
+            },
+        ),
+        Ok(Some((None, partitions))) => {
+            Line::ok("topics", format!("{at}: exists, {partitions} partition(s)"))
+        }
+        Ok(None) | Ok(Some((Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART), _))) => {
+            if !cfg.kafka.create_topics {
+                return Line::fail(
+                    "topics",
+                    SinkError::MissingTopic {
+                        topic: topic.into(),
+                    },
+                );
+            }
+            match validate_creation(admin, cfg, topic).await {
+                Ok(()) => Line::ok(
+                    "topics",
+                    format!(
+                        "{at}: does not exist yet; the cluster accepts creating it with {} \
+                         partition(s), replication factor {} (validated, not created)",
+                        cfg.kafka.topic_partitions, cfg.kafka.topic_replication_factor
+                    ),
+                ),
+                Err(code) => Line::fail(
+                    "topics",
+                    SinkError::CreateTopic {
+                        topic: topic.into(),
+                        code,
+                    },
+                ),
+            }
+        }
+        // Being created right now: as good as existing for the relay.
+        Ok(Some((Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE), _))) => Line::ok(
+            "topics",
+            format!("{at}: exists, partitions still electing leaders"),
+        ),
+        Ok(Some((Some(err), _))) => Line::fail(
+            "topics",
+            SinkError::Topic {
+                topic: topic.into(),
+                code: err.into(),
+            },
+        ),
+    }
+}
+
+/// CreateTopics with `validate_only`: the broker runs every check (ACLs,
+/// partitions, replication factor against live brokers, policies) and
+/// creates nothing.
+async fn validate_creation(
+    admin: &AdminClient<DefaultClientContext>,
+    cfg: &Config,
+    topic: &str,
+) -> Result<(), RDKafkaErrorCode> {
+    let new = NewTopic::new(
+        topic,
+        cfg.kafka.topic_partitions,
+        TopicReplication::Fixed(cfg.kafka.topic_replication_factor),
+    );
+    let options = AdminOptions::new()
+        .validate_only(true)
+        .operation_timeout(Some(METADATA_TIMEOUT))
+        .request_timeout(Some(METADATA_TIMEOUT));
+    let results = admin
+        .create_topics([&new], &options)
+        .await
+        .map_err(|e| e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => return Err(code),
+        }
+    }
+    Ok(())
+}
+
+/// Watches the idempotence state machine in librdkafka's debug log.
+#[derive(Default)]
+struct Probe {
+    assigned: AtomicBool,
+}
+
+impl ClientContext for Probe {
+    fn log(&self, _: RDKafkaLogLevel, fac: &str, message: &str) {
+        // "Idempotent producer state change WaitPID -> Assigned"
+        if fac == "IDEMPSTATE" && message.ends_with("-> Assigned") {
+            self.assigned.store(true, Ordering::Release);
+        }
+    }
+
+    fn error(&self, _: KafkaError, _: &str) {}
+}
+
+impl ProducerContext for Probe {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: ()) {}
+}
+
+async fn idempotence_line(brokers: &str, cfg: &Config) -> Line {
+    // The relay's own producer configuration, so a property it would refuse
+    // or that breaks the connection shows up here too.
+    let mut config = match client_config(brokers, &cfg.kafka.properties) {
+        Ok(c) => c,
+        Err(e) => return Line::fail("idempotence", e),
+    };
+    config
+        .set("debug", "eos")
+        .set_log_level(RDKafkaLogLevel::Debug);
+    let producer: BaseProducer<Probe> = match config.create_with_context(Probe::default()) {
+        Ok(p) => p,
+        Err(e) => {
+            return Line::fail(
+                "idempotence",
+                SinkError::Client {
+                    client: "producer",
+                    source: e,
+                },
+            )
+        }
+    };
+    let outcome = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + PRODUCER_ID_TIMEOUT;
+        loop {
+            // Serves the log events the probe watches.
+            producer.poll(PROBE_POLL);
+            if let Some((code, reason)) = producer.client().fatal_error() {
+                return Err(format!("{reason} ({code:?})"));
+            }
+            if producer.context().assigned.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "no producer id within {}s",
+                    PRODUCER_ID_TIMEOUT.as_secs()
+                ));
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()));
+    match outcome {
+        Ok(()) => Line::ok(
+            "idempotence",
+            "an idempotent producer (the relay's settings) was given a producer id; nothing was produced",
+        ),
+        Err(reason) => Line::fail(
+            "idempotence",
+            format!(
+                "the cluster did not let an idempotent producer in: {reason}; grant the principal \
+                 IDEMPOTENT_WRITE on the cluster (Kafka < 3.0) or WRITE on the topics, and check \
+                 that every broker runs Kafka 0.11 or newer"
+            ),
+        ),
+    }
+}

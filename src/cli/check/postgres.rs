@@ -1,0 +1,339 @@
+//! The PostgreSQL half of `outboxd check`. Facts are gathered on one SQL
+//! connection first, then the replication connection is tried, then every
+//! verdict is worked out from the facts. The refusals `outboxd run` would
+//! make are the same [`AdminError`]s it makes, word for word.
+
+use crate::config::Config;
+use crate::source::admin::{
+    self, AdminError, Issue, PublicationFacts, ServerFacts, SlotInfo, TableFacts, Target,
+};
+use crate::source::replication;
+use crate::source::session::SourceSettings;
+
+use super::{Line, Verdict};
+
+/// The checks of this half, in output order.
+const NAMES: [&str; 9] = [
+    "postgres",
+    "server version",
+    "wal_level",
+    "replication slots",
+    "wal senders",
+    "privileges",
+    "slot",
+    "publication",
+    "outbox columns",
+];
+
+/// Every line of this half as `skip`.
+pub fn skipped(why: &str) -> Vec<Line> {
+    NAMES.iter().map(|n| Line::skip(n, why)).collect()
+}
+
+pub(super) struct Facts {
+    pub server: ServerFacts,
+    pub table: Option<TableFacts>,
+    pub publication: Option<PublicationFacts>,
+    pub slot: Option<SlotInfo>,
+    pub lag_bytes: Option<i64>,
+}
+
+async fn gather(client: &tokio_postgres::Client, t: &Target<'_>) -> Result<Facts, AdminError> {
+    let server = admin::server_facts(client).await?;
+    let table = admin::table_facts(client, t).await?;
+    let publication = admin::publication_facts(client, t, server.version_num).await?;
+    let slot = admin::slot_info(client, t.slot).await?;
+    let lag_bytes = admin::slot_lag_bytes(client, t.slot).await?;
+    Ok(Facts {
+        server,
+        table,
+        publication,
+        slot,
+        lag_bytes,
+    })
+}
+
+pub async fn check(cfg: &Config, s: &SourceSettings) -> Vec<Line> {
+    let t = Target {
+        slot: &s.slot,
+        publication: &s.publication,
+        table_schema: &s.table_schema,
+        table_name: &s.table_name,
+        create_slot: s.create_slot,
+        create_publication: s.create_publication,
+    };
+    let facts = match admin::connect_sql(&s.conn).await {
+        Ok(client) => gather(&client, &t).await,
+        Err(e) => Err(e),
+    };
+    let facts = match facts {
+        Ok(f) => f,
+        Err(e) => {
+            let mut lines = skipped("PostgreSQL did not answer (see postgres)");
+            lines[0] = Line::fail("postgres", e);
+            return lines;
+        }
+    };
+    // Opened after the counting above, so our own walsender is not counted
+    // as a busy one.
+    let connection = replication_line(s).await;
+    let f = &facts.server;
+    vec![
+        connection,
+        if f.version_num < admin::MIN_SERVER_VERSION_NUM {
+            Line::fail(
+                "server version",
+                AdminError::ServerTooOld {
+                    version: f.version.clone(),
+                },
+            )
+        } else {
+            Line::ok("server version", format!("PostgreSQL {}", f.version))
+        },
+        if f.wal_level != "logical" {
+            Line::fail(
+                "wal_level",
+                AdminError::WalLevel {
+                    actual: f.wal_level.clone(),
+                },
+            )
+        } else {
+            Line::ok("wal_level", "logical")
+        },
+        slots_line(f, &t, facts.slot.is_some()),
+        if f.used_senders >= f.max_senders {
+            Line::fail(
+                "wal senders",
+                AdminError::NoFreeWalSenders {
+                    max: f.max_senders,
+                    used: f.used_senders,
+                },
+            )
+        } else {
+            Line::ok(
+                "wal senders",
+                format!(
+                    "{} of max_wal_senders = {} busy",
+                    f.used_senders, f.max_senders
+                ),
+            )
+        },
+        privileges_line(&facts, &t),
+        slot_line(&facts, &t),
+        publication_line(&facts, &t),
+        super::columns::columns_line(cfg, &facts, &t),
+    ]
+}
+
+/// The replication connection and IDENTIFY_SYSTEM: what `outboxd run` opens
+/// after its SQL checks. It needs a free WAL sender, the REPLICATION
+/// attribute, and a pg_hba.conf line for replication connections.
+async fn replication_line(s: &SourceSettings) -> Line {
+    let mut conn = match replication::connect(&s.conn).await {
+        Ok(conn) => conn,
+        Err(e) => {
+            return Line::fail(
+                "postgres",
+                format!("the SQL connection works, the replication connection does not: {e}"),
+            )
+        }
+    };
+    let identity = conn.identify_system().await;
+    conn.close().await;
+    match identity {
+        Ok(id) => Line::ok(
+            "postgres",
+            format!(
+                "SQL and replication connections to {} (system {}, timeline {})",
+                s.conn.describe(),
+                id.system_id,
+                id.timeline
+            ),
+        ),
+        Err(e) => Line::fail("postgres", format!("IDENTIFY_SYSTEM failed: {e}")),
+    }
+}
+
+fn slots_line(f: &ServerFacts, t: &Target<'_>, slot_exists: bool) -> Line {
+    let used = format!(
+        "{} of max_replication_slots = {} in use",
+        f.used_slots, f.max_slots
+    );
+    if slot_exists {
+        Line::ok(
+            "replication slots",
+            format!("{used}, {:?} among them", t.slot),
+        )
+    } else if !t.create_slot {
+        Line::ok(
+            "replication slots",
+            format!("{used}; outboxd creates none (create_slot = false)"),
+        )
+    } else if f.used_slots >= f.max_slots {
+        Line::fail(
+            "replication slots",
+            AdminError::NoFreeSlots {
+                slot: t.slot.into(),
+                max: f.max_slots,
+            },
+        )
+    } else {
+        Line::ok(
+            "replication slots",
+            format!("{used}; one is free for {:?}", t.slot),
+        )
+    }
+}
+
+fn privileges_line(facts: &Facts, t: &Target<'_>) -> Line {
+    let f = &facts.server;
+    let table = admin::qualified(t);
+    let mut findings = Vec::new();
+    let mut fine = vec![if f.superuser {
+        "superuser"
+    } else {
+        "REPLICATION"
+    }
+    .to_string()];
+    if !f.superuser && !f.replication {
+        findings.push((
+            Verdict::Fail,
+            AdminError::NoReplicationPrivilege {
+                user: f.user.clone(),
+            }
+            .to_string(),
+        ));
+    }
+    if let Some(tf) = &facts.table {
+        if tf.can_select {
+            fine.push(format!("SELECT on {table}"));
+        } else {
+            findings.push((
+                Verdict::Warn,
+                Issue::NoSelect {
+                    user: f.user.clone(),
+                    table: table.clone(),
+                }
+                .to_string(),
+            ));
+        }
+        // CREATE PUBLICATION ... FOR TABLE needs both; only asked when
+        // outboxd would have to create it.
+        if facts.publication.is_none() && t.create_publication {
+            let mut missing = Vec::new();
+            if !tf.can_create_in_database {
+                missing.push(format!("CREATE on database {:?}", f.database));
+            }
+            if !tf.owned {
+                missing.push(format!("ownership of {table}"));
+            }
+            if missing.is_empty() {
+                fine.push("may create the publication".into());
+            } else {
+                findings.push((
+                    Verdict::Fail,
+                    Issue::CannotCreatePublication {
+                        user: f.user.clone(),
+                        publication: t.publication.into(),
+                        missing: format!("it lacks {}", missing.join(" and ")),
+                    }
+                    .to_string(),
+                ));
+            }
+        }
+    }
+    Line::worst(
+        "privileges",
+        findings,
+        format!("role {:?}: {}", f.user, fine.join(", ")),
+    )
+}
+
+fn slot_line(facts: &Facts, t: &Target<'_>) -> Line {
+    let Some(info) = &facts.slot else {
+        return if t.create_slot {
+            Line::ok(
+                "slot",
+                format!(
+                    "{:?} does not exist yet; outboxd will create it (pgoutput)",
+                    t.slot
+                ),
+            )
+        } else {
+            Line::fail(
+                "slot",
+                AdminError::SlotMissing {
+                    slot: t.slot.into(),
+                },
+            )
+        };
+    };
+    if let Err(e) = admin::check_slot(t.slot, &facts.server.database, info) {
+        return Line::fail("slot", e);
+    }
+    let wal_status = info.wal_status.as_deref().unwrap_or("unknown");
+    let lag = facts
+        .lag_bytes
+        .map_or_else(|| "unknown".to_string(), |b| format!("{b} bytes"));
+    let state = format!(
+        "{:?}: pgoutput, database {:?}, not active, wal_status {wal_status}, confirmed {}, lag {lag}",
+        t.slot,
+        info.database.as_deref().unwrap_or_default(),
+        info.confirmed_flush_lsn
+            .map_or_else(|| "unknown".to_string(), |l| l.to_string()),
+    );
+    if wal_status == "unreserved" {
+        let issue = Issue::SlotUnreserved {
+            slot: t.slot.into(),
+        };
+        return Line::warn("slot", format!("{issue} ({state})"));
+    }
+    Line::ok("slot", state)
+}
+
+fn publication_line(facts: &Facts, t: &Target<'_>) -> Line {
+    let table = admin::qualified(t);
+    let publication = t.publication.to_string();
+    let Some(_) = &facts.table else {
+        return Line::fail("publication", AdminError::TableMissing { table });
+    };
+    let Some(p) = &facts.publication else {
+        return if t.create_publication {
+            Line::ok(
+                "publication",
+                format!("{publication:?} does not exist yet; outboxd will create it for {table}, inserts only"),
+            )
+        } else {
+            Line::fail(
+                "publication",
+                AdminError::PublicationMissing { publication, table },
+            )
+        };
+    };
+    if !p.publishes_inserts {
+        return Line::fail(
+            "publication",
+            AdminError::PublicationNoInserts { publication },
+        );
+    }
+    if !p.covers_table {
+        return Line::fail(
+            "publication",
+            AdminError::PublicationMissingTable { publication, table },
+        );
+    }
+    if let Some(filter) = &p.row_filter {
+        return Line::warn(
+            "publication",
+            Issue::RowFilter {
+                publication,
+                table,
+                filter: filter.clone(),
+            },
+        );
+    }
+    Line::ok(
+        "publication",
+        format!("{publication:?} covers {table} and publishes inserts"),
+    )
+}

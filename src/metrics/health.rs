@@ -1,0 +1,369 @@
+//! [`Health`]: what `/readyz` and the derived gauges need to know, shared
+//! between the relay (which writes it), the slot sampler, the Kafka
+//! statistics callback and the HTTP endpoint (which read it).
+//!
+//! Plain atomics, written on the relay's hot path without locks; the two
+//! mutexes are touched only on state changes. The state changes are also
+//! where the one-line-per-change logs are written (outage start and end), so
+//! whoever notices a change first logs it, once.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::Lsn;
+
+/// `last_event_ms` before any event.
+const NEVER: u64 = u64::MAX;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Side {
+    Postgres,
+    Kafka,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Postgres => "PostgreSQL",
+            Side::Kafka => "Kafka",
+        }
+    }
+}
+
+pub struct Health {
+    epoch: Instant,
+    pub stall_threshold: Duration,
+    pub max_in_flight_events: u64,
+    /// The slot, when Debezium aliases are on (it is their `name` label).
+    pub debezium_name: Option<String>,
+    postgres: AtomicBool,
+    kafka: AtomicBool,
+    /// This producer reported a transport failure: its statistics may still
+    /// show a broker "UP" (a hung broker keeps its TCP connection), so only
+    /// a delivery, or a new producer, may say Kafka is back.
+    kafka_failed: AtomicBool,
+    kafka_ever: AtomicBool,
+    halted: Mutex<Option<String>>,
+    /// Start of the open outage per side, for the "ended after" line.
+    outages: Mutex<[Option<Instant>; 2]>,
+    in_flight: AtomicU64,
+    confirmed: AtomicU64,
+    /// Milliseconds since `epoch` when the confirmed position last moved.
+    moved_ms: AtomicU64,
+    /// Milliseconds since `epoch` when nothing was last seen pending.
+    idle_ms: AtomicU64,
+    /// Sampled end of WAL; 0 = unknown.
+    server_lsn: AtomicU64,
+    events_seen: AtomicU64,
+    last_event_ms: AtomicU64,
+    /// Commit-to-ack of the last acknowledged event; -1 = none yet.
+    behind_ms: AtomicI64,
+    /// Asks the slot sampler for a sample now: right after a (re)connect the
+    /// last one is stale (e.g. taken before the slot existed).
+    pub(super) resample: tokio::sync::Notify,
+}
+
+impl Health {
+    pub fn new(config: &Config) -> Health {
+        Health {
+            epoch: Instant::now(),
+            stall_threshold: config.metrics.stall_threshold,
+            max_in_flight_events: config.relay.max_in_flight_events as u64,
+            debezium_name: config
+                .metrics
+                .debezium_aliases
+                .then(|| config.postgres.slot.clone()),
+            postgres: AtomicBool::new(false),
+            kafka: AtomicBool::new(false),
+            kafka_failed: AtomicBool::new(false),
+            kafka_ever: AtomicBool::new(false),
+            halted: Mutex::new(None),
+            outages: Mutex::new([None, None]),
+            in_flight: AtomicU64::new(0),
+            confirmed: AtomicU64::new(0),
+            moved_ms: AtomicU64::new(0),
+            idle_ms: AtomicU64::new(0),
+            server_lsn: AtomicU64::new(0),
+            events_seen: AtomicU64::new(0),
+            last_event_ms: AtomicU64::new(NEVER),
+            behind_ms: AtomicI64::new(-1),
+            resample: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// A replication stream is open.
+    pub fn postgres_up(&self) {
+        self.postgres.store(true, Relaxed);
+        self.resample.notify_one();
+        self.outage_ended(Side::Postgres);
+    }
+
+    /// The stream is gone. `cause` = PostgreSQL failed (starts an outage);
+    /// `None` = closed on purpose (shutdown, or a Kafka-side reconnect).
+    pub fn postgres_down(&self, cause: Option<&str>) {
+        self.postgres.store(false, Relaxed);
+        if let Some(cause) = cause {
+            self.outage_started(Side::Postgres, cause);
+        }
+    }
+
+    /// Kafka acknowledged a record, or a fresh producer's statistics show a
+    /// broker connection.
+    pub fn kafka_up(&self) {
+        // The hot path (every ack) is one load.
+        if self.kafka.load(Relaxed) {
+            return;
+        }
+        self.kafka_failed.store(false, Relaxed);
+        self.kafka.store(true, Relaxed);
+        if !self.kafka_ever.swap(true, Relaxed) {
+            tracing::info!("connected to Kafka");
+        }
+        self.outage_ended(Side::Kafka);
+    }
+
+    /// A delivery failed for transport reasons, or Kafka could not be reached.
+    pub fn kafka_down(&self, cause: &str) {
+        self.kafka_failed.store(true, Relaxed);
+        self.kafka.store(false, Relaxed);
+        self.outage_started(Side::Kafka, cause);
+    }
+
+    /// A new producer: its statistics are to be believed again.
+    pub fn new_producer(&self) {
+        self.kafka_failed.store(false, Relaxed);
+    }
+
+    /// From librdkafka statistics: some broker connection is up. Only ever
+    /// marks Kafka up: brokers close idle connections, which is no outage.
+    pub fn kafka_broker_up(&self) {
+        if !self.kafka_failed.load(Relaxed) {
+            self.kafka_up();
+        }
+    }
+
+    fn outage_started(&self, side: Side, cause: &str) {
+        let mut outages = self.outages.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = &mut outages[side as usize];
+        if slot.is_none() {
+            *slot = Some(Instant::now());
+            tracing::warn!(%cause, "{} outage started", side.name());
+        }
+    }
+
+    fn outage_ended(&self, side: Side) {
+        let started = self.outages.lock().unwrap_or_else(|e| e.into_inner())[side as usize].take();
+        if let Some(started) = started {
+            let secs = started.elapsed().as_secs_f64();
+            tracing::info!(
+                outage_seconds = secs,
+                "{} outage ended after {secs:.1}s",
+                side.name()
+            );
+        }
+    }
+
+    pub fn set_halted(&self, reason: Option<String>) {
+        *self.halted.lock().unwrap_or_else(|e| e.into_inner()) = reason;
+    }
+
+    /// The relay's progress: called on every turn of its loop, so the time
+    /// of the last idle moment is close to exact.
+    pub fn progress(&self, in_flight: usize, confirmed: Lsn) {
+        self.progress_at(self.now_ms(), in_flight as u64, confirmed);
+    }
+
+    fn progress_at(&self, now: u64, in_flight: u64, confirmed: Lsn) {
+        self.in_flight.store(in_flight, Relaxed);
+        if self.confirmed.swap(confirmed.0, Relaxed) != confirmed.0 {
+            self.moved_ms.store(now, Relaxed);
+        }
+        if !self.pending() {
+            self.idle_ms.store(now, Relaxed);
+        }
+    }
+
+    /// The session ended: nothing is in flight any more (it will be read
+    /// again), and the stream is closed.
+    pub fn session_ended(&self) {
+        self.in_flight.store(0, Relaxed);
+        self.postgres.store(false, Relaxed);
+    }
+
+    /// The sampled end of WAL, `None` when it could not be read.
+    pub fn set_server_lsn(&self, lsn: Option<Lsn>) {
+        self.server_lsn.store(lsn.map_or(0, |l| l.0), Relaxed);
+    }
+
+    pub fn event_seen(&self) {
+        self.events_seen.fetch_add(1, Relaxed);
+        self.last_event_ms.store(self.now_ms(), Relaxed);
+    }
+
+    /// An event was acknowledged `behind_ms` after its commit.
+    pub fn acked(&self, behind_ms: i64) {
+        self.behind_ms.store(behind_ms, Relaxed);
+    }
+
+    /// Events are waiting: sent and unacknowledged, or in WAL the relay has
+    /// not confirmed yet (known from the last slot sample).
+    fn pending(&self) -> bool {
+        let server = self.server_lsn.load(Relaxed);
+        self.in_flight.load(Relaxed) > 0 || server > self.confirmed.load(Relaxed)
+    }
+
+    /// How long the confirmed position has stood still while something was
+    /// pending; zero when idle.
+    pub fn stall(&self) -> Duration {
+        self.stall_at(self.now_ms())
+    }
+
+    fn stall_at(&self, now: u64) -> Duration {
+        if !self.pending() {
+            self.idle_ms.store(now, Relaxed);
+            return Duration::ZERO;
+        }
+        // Counted from when things became pending, not from the last move
+        // before an idle hour.
+        let since = self.moved_ms.load(Relaxed).max(self.idle_ms.load(Relaxed));
+        Duration::from_millis(now.saturating_sub(since))
+    }
+
+    /// `Ok` when ready to serve: both sides connected, not halted, not
+    /// stalled beyond the threshold; else the reason, on one line.
+    pub fn readiness(&self) -> Result<(), String> {
+        if let Some(reason) = &*self.halted.lock().unwrap_or_else(|e| e.into_inner()) {
+            return Err(format!("halted: {}", reason.replace('\n', " ")));
+        }
+        if !self.postgres_connected() {
+            return Err("not connected to PostgreSQL (no replication stream open)".into());
+        }
+        if !self.kafka_connected() {
+            return Err("not connected to Kafka (no acknowledgement or broker connection since the last failure)".into());
+        }
+        let stall = self.stall();
+        if stall > self.stall_threshold {
+            return Err(format!(
+                "stalled: the slot's confirmed position has not moved for {}s while events are pending (metrics.stall_threshold = {}s)",
+                stall.as_secs(),
+                self.stall_threshold.as_secs_f64()
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn postgres_connected(&self) -> bool {
+        self.postgres.load(Relaxed)
+    }
+
+    pub fn kafka_connected(&self) -> bool {
+        self.kafka.load(Relaxed)
+    }
+
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Relaxed)
+    }
+
+    pub fn events_seen(&self) -> u64 {
+        self.events_seen.load(Relaxed)
+    }
+
+    /// Milliseconds since the last event was read, `None` before the first.
+    pub fn since_last_event_ms(&self) -> Option<u64> {
+        let last = self.last_event_ms.load(Relaxed);
+        (last != NEVER).then(|| self.now_ms().saturating_sub(last))
+    }
+
+    /// Commit-to-ack of the last acknowledged event, `None` before the first.
+    pub fn behind_ms(&self) -> Option<i64> {
+        let v = self.behind_ms.load(Relaxed);
+        (v >= 0).then_some(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health() -> Health {
+        let mut cfg = Config::default();
+        cfg.metrics.stall_threshold = Duration::from_secs(5);
+        Health::new(&cfg)
+    }
+
+    #[test]
+    fn idle_is_never_stalled() {
+        let h = health();
+        h.progress_at(1_000, 0, Lsn(100));
+        assert_eq!(h.stall_at(3_600_000), Duration::ZERO);
+    }
+
+    #[test]
+    fn stall_counts_from_when_events_became_pending() {
+        let h = health();
+        h.progress_at(1_000, 0, Lsn(100));
+        // An hour idle, then events go out and nothing is acknowledged.
+        h.progress_at(3_600_000, 0, Lsn(100));
+        h.progress_at(3_600_010, 5, Lsn(100));
+        assert_eq!(h.stall_at(3_602_000), Duration::from_secs(2));
+        // The position moves: the clock restarts.
+        h.progress_at(3_603_000, 5, Lsn(200));
+        assert_eq!(h.stall_at(3_604_000), Duration::from_secs(1));
+        // All acknowledged and confirmed: idle again.
+        h.progress_at(3_605_000, 0, Lsn(300));
+        assert_eq!(h.stall_at(3_700_000), Duration::ZERO);
+    }
+
+    #[test]
+    fn unread_backlog_counts_as_pending_until_confirmed_past_it() {
+        let h = health();
+        h.progress_at(1_000, 0, Lsn(100));
+        h.set_server_lsn(Some(Lsn(500)));
+        assert_eq!(h.stall_at(4_000), Duration::from_secs(3));
+        h.progress_at(4_500, 0, Lsn(500));
+        assert_eq!(h.stall_at(9_000), Duration::ZERO);
+        // Unknown end of WAL (sampler failing) is not a backlog.
+        h.set_server_lsn(None);
+        h.progress_at(10_000, 0, Lsn(400));
+        assert_eq!(h.stall_at(20_000), Duration::ZERO);
+    }
+
+    #[test]
+    fn readiness_names_the_first_problem() {
+        let h = health();
+        assert!(h.readiness().unwrap_err().contains("PostgreSQL"));
+        h.postgres_up();
+        assert!(h.readiness().unwrap_err().contains("Kafka"));
+        h.kafka_up();
+        h.readiness().unwrap();
+        h.kafka_down("delivery failed: timed out");
+        // A hung broker's statistics do not bring it back; a delivery does.
+        h.kafka_broker_up();
+        assert!(!h.kafka_connected());
+        h.kafka_up();
+        assert!(h.kafka_connected());
+        h.set_halted(Some("poison\nevent".into()));
+        assert_eq!(h.readiness().unwrap_err(), "halted: poison event");
+        h.set_halted(None);
+        h.readiness().unwrap();
+    }
+
+    #[test]
+    fn readiness_fails_when_stalled_beyond_the_threshold() {
+        let mut cfg = Config::default();
+        cfg.metrics.stall_threshold = Duration::from_millis(10);
+        let h = Health::new(&cfg);
+        h.postgres_up();
+        h.kafka_up();
+        h.progress(3, Lsn(1));
+        std::thread::sleep(Duration::from_millis(30));
+        let reason = h.readiness().unwrap_err();
+        assert!(reason.starts_with("stalled:"), "{reason}");
+    }
+}

@@ -1,0 +1,329 @@
+//! The metrics and health endpoint of `outboxd run`, scraped over HTTP while
+//! it relays between a real PostgreSQL and a real Kafka broker: every metric
+//! the README documents is exported, counts match what was written, and
+//! lag, stall and readiness follow a paused broker and its recovery.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::harness::kafka::{shared, KafkaBroker};
+use crate::relay::support::{aggregates, env, payload_texts, verify, wait_for, write, Relay};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` with a plain socket: (status, body), or None if nothing answers.
+pub(crate) fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+/// One scrape of `/metrics`: (series name, labels, value) per sample.
+pub(crate) struct Scrape(Vec<(String, String, f64)>);
+
+impl Scrape {
+    pub(crate) fn take(port: u16) -> Scrape {
+        let (status, body) = get(port, "/metrics").expect("scrape /metrics");
+        assert_eq!(status, 200, "{body}");
+        let samples = body
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| {
+                let (series, value) = l.rsplit_once(' ').expect("sample line");
+                let (name, labels) = match series.split_once('{') {
+                    Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                    None => (series, ""),
+                };
+                let value = value.parse().unwrap_or_else(|_| panic!("value of {l}"));
+                (name.to_string(), labels.to_string(), value)
+            })
+            .collect();
+        Scrape(samples)
+    }
+
+    /// The sum over every sample of `name` whose labels contain `label`
+    /// (`""`: all of them); None when there is none.
+    pub(crate) fn get(&self, name: &str, label: &str) -> Option<f64> {
+        let mut found = self
+            .0
+            .iter()
+            .filter(|(n, l, _)| n == name && l.contains(label))
+            .map(|(_, _, v)| *v)
+            .peekable();
+        found.peek()?;
+        Some(found.sum())
+    }
+
+    pub(crate) fn value(&self, name: &str, label: &str) -> f64 {
+        self.get(name, label)
+            .unwrap_or_else(|| panic!("no {name}{{{label}}} in the scrape"))
+    }
+
+    /// Metric names present (histogram series fold into their metric).
+    pub(crate) fn names(&self) -> BTreeSet<String> {
+        self.0
+            .iter()
+            .map(|(n, _, _)| {
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| n.strip_suffix(s))
+                    .filter(|b| self.0.iter().any(|(m, _, _)| m == &format!("{b}_bucket")));
+                base.unwrap_or(n).to_string()
+            })
+            .collect()
+    }
+}
+
+/// Every metric name in the README's "### Metrics" table.
+pub(crate) fn documented_metrics() -> BTreeSet<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("### Metrics")
+        .nth(1)
+        .expect("a ### Metrics section")
+        .split("\n#")
+        .next()
+        .unwrap();
+    let mut names = BTreeSet::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let first_cell = row.split('|').nth(1).unwrap();
+        for (i, part) in first_cell.split('`').enumerate() {
+            if i % 2 == 1 && (part.starts_with("outboxd_") || part.starts_with("debezium_")) {
+                names.insert(part.to_string());
+            }
+        }
+    }
+    assert!(names.len() > 30, "few metrics found in README: {names:?}");
+    names
+}
+
+fn readyz(port: u16) -> (u16, String) {
+    get(port, "/readyz").unwrap_or((0, "no answer".into()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
+    let broker = tokio::task::block_in_place(KafkaBroker::start);
+    let port = free_port();
+    // A short message timeout turns the pause into a delivery failure and a
+    // reconnect, so the failure series show up too.
+    let extra = format!(
+        "[relay]\nmax_in_flight_events = 5000\nreconnect_backoff_max = \"2s\"\n\
+         [kafka.properties]\n\"message.timeout.ms\" = \"15000\"\n\
+         [metrics]\nlisten = \"127.0.0.1:{port}\"\nslot_sample_interval = \"1s\"\n\
+         stall_threshold = \"3s\"\ndebezium_aliases = true\n"
+    );
+    let e = env(broker.bootstrap(), "opsmetrics", &extra);
+    let relay = Relay::start(&e);
+    let log = || relay.log();
+    tokio::task::block_in_place(|| {
+        wait_for("/healthz", Duration::from_secs(60), || {
+            get(port, "/healthz") == Some((200, "ok\n".into()))
+        })
+    });
+    // Logical messages under another prefix are filtered, and counted.
+    e.pg.psql(
+        "app",
+        "SELECT pg_logical_emit_message(true, 'not-outbox', 'x') FROM generate_series(1, 3)",
+    );
+    let mut client = e.pg.client("app").await;
+    let aggs = aggregates(10);
+    let mut sent = write(&mut client, "opsmetrics", &aggs, 300, &[1, 10, 50], 0).await;
+
+    let quiet = tokio::task::block_in_place(|| {
+        wait_for("300 events published", Duration::from_secs(120), || {
+            Scrape::take(port).get("outboxd_events_published_total", "") == Some(300.0)
+        });
+        wait_for("ready", Duration::from_secs(30), || readyz(port).0 == 200);
+        // slot_active = 1: a sample taken since the stream started.
+        wait_for("lag near 0 and no stall", Duration::from_secs(60), || {
+            let s = Scrape::take(port);
+            s.get("outboxd_slot_active", "") == Some(1.0)
+                && s.get("outboxd_slot_lag_bytes", "").is_some_and(|v| v < MIB)
+                && s.value("outboxd_stall_seconds", "") == 0.0
+                && s.value("outboxd_in_flight_events", "") == 0.0
+        });
+        Scrape::take(port)
+    });
+    let v = |name: &str, label: &str| quiet.value(name, label);
+    assert_eq!(v("outboxd_events_seen_total", ""), 300.0);
+    assert_eq!(v("outboxd_wal_receive_to_ack_seconds_count", ""), 300.0);
+    assert_eq!(v("outboxd_commit_to_ack_seconds_count", ""), 300.0);
+    assert_eq!(
+        v(
+            "outboxd_events_filtered_total",
+            "reason=\"other_prefix_message\""
+        ),
+        3.0
+    );
+    assert_eq!(v("outboxd_in_flight_events_limit", ""), 5000.0);
+    assert_eq!(v("outboxd_in_flight_bytes_limit", ""), 64.0 * MIB);
+    let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert_eq!(v("outboxd_build_info", &version), 1.0);
+    assert_eq!(v("outboxd_connected", "side=\"postgres\""), 1.0);
+    assert_eq!(v("outboxd_connected", "side=\"kafka\""), 1.0);
+    assert_eq!(v("outboxd_slot_active", ""), 1.0);
+    assert_eq!(v("outboxd_slot_wal_status", "status=\"reserved\""), 1.0);
+    assert_eq!(
+        v("outboxd_slot_wal_status", ""),
+        1.0,
+        "one status at a time"
+    );
+    // Sampled a moment apart from the relay's own gauge: compare loosely.
+    assert!(v("outboxd_server_lsn", "") > 0.0 && v("outboxd_confirmed_lsn", "") > 0.0);
+    assert!(v("outboxd_slot_retained_wal_bytes", "") >= v("outboxd_slot_lag_bytes", ""));
+    let dbz = "name=\"opsmetrics\"";
+    assert_eq!(v("debezium_metrics_TotalNumberOfEventsSeen", dbz), 300.0);
+    assert_eq!(v("debezium_metrics_QueueRemainingCapacity", dbz), 5000.0);
+    assert_eq!(v("debezium_metrics_Connected", dbz), 1.0);
+    assert!(v("debezium_metrics_MilliSecondsBehindSource", dbz) >= 0.0);
+    assert!(v("debezium_metrics_MilliSecondsSinceLastEvent", dbz) >= 0.0);
+
+    // A hung broker: events pile up in flight, the position stops, the lag
+    // grows and /readyz fails within the stall threshold.
+    broker.pause();
+    let paused_at = Instant::now();
+    let wal_before = wal_now(&e.pg);
+    sent.extend(write(&mut client, "opsmetrics", &aggs, 200, &[20], 0).await);
+    let wal_after = wal_now(&e.pg);
+    tokio::task::block_in_place(|| {
+        wait_for("events in flight", Duration::from_secs(10), || {
+            Scrape::take(port).value("outboxd_in_flight_events", "") > 0.0
+        });
+        wait_for("/readyz 503", Duration::from_secs(15), || {
+            readyz(port).0 == 503
+        });
+        let (_, reason) = readyz(port);
+        assert!(
+            reason.starts_with("stalled") && reason.lines().count() == 1,
+            "{reason}"
+        );
+        // 3 s threshold, checked on every request: well within 12 s, before the
+        // 15 s message timeout turns it into a Kafka outage.
+        assert!(paused_at.elapsed() < Duration::from_secs(12));
+        let first = Scrape::take(port).value("outboxd_stall_seconds", "");
+        std::thread::sleep(Duration::from_millis(1500));
+        let second = Scrape::take(port).value("outboxd_stall_seconds", "");
+        assert!(
+            first >= 3.0 && second > first,
+            "stall {first} then {second}"
+        );
+        // A sample taken after the writes shows them as lag: the slot is
+        // held before the first unacknowledged event (10% slack for WAL a
+        // keepalive may confirm between `wal_before` and that event).
+        let written = (wal_after.0 - wal_before.0) as f64;
+        wait_for("lag to grow", Duration::from_secs(15), || {
+            let s = Scrape::take(port);
+            s.value("outboxd_server_lsn", "") >= wal_after.0 as f64
+                && s.value("outboxd_slot_lag_bytes", "") >= written * 0.9
+        });
+        // Past message.timeout.ms the delivery fails and Kafka counts as down.
+        wait_for("a delivery failure", Duration::from_secs(60), || {
+            let s = Scrape::take(port);
+            s.get("outboxd_delivery_failures_total", "").unwrap_or(0.0) > 0.0
+                && s.value("outboxd_connected", "side=\"kafka\"") == 0.0
+        });
+    });
+    broker.resume();
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "/readyz 200 after the resume",
+            Duration::from_secs(120),
+            || readyz(port).0 == 200,
+        );
+        wait_for(
+            "all 500 published, caught up",
+            Duration::from_secs(120),
+            || {
+                let s = Scrape::take(port);
+                s.value("outboxd_events_published_total", "") >= 500.0
+                    && s.value("outboxd_stall_seconds", "") == 0.0
+                    && s.get("outboxd_slot_lag_bytes", "").is_some_and(|v| v < MIB)
+            },
+        );
+        // librdkafka statistics come every 5 s.
+        wait_for("broker round trips", Duration::from_secs(30), || {
+            Scrape::take(port)
+                .get("outboxd_kafka_broker_rtt_seconds", "")
+                .is_some()
+        });
+    });
+    let after = Scrape::take(port);
+    assert!(after.value("outboxd_reconnects_total", "") >= 1.0);
+    let missing: Vec<String> = documented_metrics()
+        .difference(&after.names())
+        .cloned()
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "documented but not exported: {missing:?}"
+    );
+    assert!(
+        log().contains("Kafka outage ended after"),
+        "{}",
+        tail(&log(), 40)
+    );
+    let texts = payload_texts(&e.pg);
+    let b = &broker;
+    let verdict =
+        tokio::task::block_in_place(|| verify(b, &sent, &texts, Duration::from_secs(120), true));
+    assert_eq!(verdict.delivered, 500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_defaults_no_debezium_aliases_and_plain_http_answers() {
+    let broker = shared();
+    let port = free_port();
+    let extra = format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n");
+    let e = env(broker.bootstrap(), "opsdefaults", &extra);
+    let _relay = Relay::start(&e);
+    let mut client = e.pg.client("app").await;
+    write(&mut client, "opsdefaults", &aggregates(4), 20, &[5], 0).await;
+    tokio::task::block_in_place(|| {
+        wait_for("20 events published", Duration::from_secs(120), || {
+            get(port, "/metrics").is_some()
+                && Scrape::take(port).get("outboxd_events_published_total", "") == Some(20.0)
+        });
+        wait_for("ready", Duration::from_secs(30), || {
+            readyz(port) == (200, "ready\n".into())
+        });
+    });
+    let (_, body) = get(port, "/metrics").unwrap();
+    assert!(!body.contains("debezium_"), "aliases are off by default");
+    assert!(body.contains("# TYPE outboxd_wal_receive_to_ack_seconds histogram"));
+    assert!(body.contains("# HELP outboxd_slot_lag_bytes"));
+    assert_eq!(get(port, "/nope").map(|r| r.0), Some(404));
+}
+
+fn wal_now(pg: &crate::harness::pg::PgCluster) -> outboxd::Lsn {
+    pg.psql("app", "SELECT pg_current_wal_lsn()")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
