@@ -156,6 +156,8 @@ prop() { # file key -> value or empty
 }
 
 random_cluster_id() { # 16 random bytes, base64url without padding = 22 chars (a Kafka Uuid)
+  # The id is passed as --cluster-id=ID: a base64url id may start with '-',
+  # which the storage tool's argument parser would take for an option.
   head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
 }
 
@@ -313,7 +315,7 @@ start() {
     cid="$(random_cluster_id)"
     # shellcheck disable=SC2046
     if ! "$JAVA" -Xmx256m "${opts[@]}" $(cds_opts) "${common[@]}" -cp "$cp" kafka.tools.StorageTool \
-          format -t "$cid" -c "$dir/server.properties" >"$dir/format.log" 2>&1; then
+          format "--cluster-id=$cid" -c "$dir/server.properties" >"$dir/format.log" 2>&1; then
       cat "$dir/format.log" >&2
       die "kafka-storage format failed"
     fi
