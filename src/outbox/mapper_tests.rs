@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::config::routing::RoutingRule;
-use crate::outbox::event::ColumnInfo;
+use crate::outbox::event::{ColumnInfo, Row};
 use crate::Lsn;
 
 const UUID: u32 = 2950;

@@ -2,9 +2,15 @@
 //! maps to a Kafka record.
 
 pub mod envelope;
+mod error;
 pub mod event;
+mod fields;
+mod headers;
+mod json;
 pub mod mapper;
+mod message;
 pub mod record;
+mod route;
 pub mod topic;
 
 pub use event::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};

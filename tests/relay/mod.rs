@@ -3,5 +3,6 @@
 
 mod e2e;
 mod faults;
+mod pg_restart;
 mod poison;
 pub(crate) mod support;

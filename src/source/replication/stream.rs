@@ -58,8 +58,12 @@ impl ReplicationStream {
                 Frame::Other(Message::ErrorResponse(body)) => {
                     return Err(self.framed.server_err(ServerError::from_body(&body)));
                 }
-                // The server ends the stream (shutdown, or slot dropped).
-                Frame::Other(Message::CopyDone) => {
+                // The server ends the stream: CopyDone, or on a fast
+                // shutdown the walsender's CommandComplete and ReadyForQuery
+                // once it has sent everything. Either way: reconnect later.
+                Frame::Other(Message::CopyDone)
+                | Frame::Other(Message::CommandComplete(_))
+                | Frame::Other(Message::ReadyForQuery(_)) => {
                     return Err(ReplicationError::Closed {
                         server: self.framed.server.clone(),
                     })

@@ -1,0 +1,101 @@
+//! Why an event or the config cannot be mapped, and the config keys those
+//! errors name so the user knows what to fix.
+
+use crate::config::ConfigError;
+
+/// Longest column value quoted in an error.
+const MAX_QUOTED: usize = 64;
+
+pub(super) const ID_SETTING: &str = "outbox.columns.id";
+pub(super) const KEY_SETTING: &str = "outbox.columns.key";
+pub(super) const AGGREGATE_TYPE_SETTING: &str = "outbox.columns.aggregate_type";
+pub(super) const EVENT_TYPE_SETTING: &str = "outbox.columns.event_type";
+pub(super) const PAYLOAD_SETTING: &str = "outbox.columns.payload";
+pub(super) const HEADERS_SETTING: &str = "outbox.columns.headers";
+pub(super) const TIMESTAMP_SETTING: &str = "outbox.columns.timestamp";
+pub(super) const TOPIC_SETTING: &str = "outbox.columns.topic";
+
+/// Why one event cannot become a record. Each is about that event alone (a
+/// poison event: the relay applies `relay.on_error`), and says which column
+/// or setting to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MappingError {
+    /// A configured column is not in the row (the table was altered) or a
+    /// required field is not in the message. `role` is the setting naming it.
+    #[error(
+        "column `{column}` ({role}) is not in the event: the outbox table or message has no \
+         such column; restore it or change {role}"
+    )]
+    MissingColumn { column: String, role: String },
+
+    #[error(
+        "the payload column (outbox.columns.payload) is NULL; write a payload, or set \
+         routing.tombstone_on_empty_payload = true to send NULL and empty payloads as tombstones"
+    )]
+    NullPayload,
+
+    #[error(
+        "topic placeholder {placeholder} has no value: its column is NULL, empty or not in the \
+         event; fill it in, or change the template in routing.topic / routing.rules"
+    )]
+    TopicPlaceholder { placeholder: String },
+
+    #[error(
+        "topic `{topic}` is not a valid Kafka topic name: {reason}; fix the row's value \
+         (outbox.columns.topic, or the columns used in the routing template) or the template"
+    )]
+    InvalidTopic { topic: String, reason: String },
+
+    #[error(
+        "logical decoding message is not an outbox event: {reason}; emit a JSON object whose \
+         fields are named like the [outbox.columns] columns, with the payload as JSON"
+    )]
+    InvalidMessage { reason: String },
+
+    #[error(
+        "timestamp column `{column}` (outbox.columns.timestamp) holds `{value}`, which is \
+         neither a timestamp like 2026-11-30 02:04:20.875+00 nor epoch milliseconds; fix the \
+         value or set outbox.columns.timestamp = \"\" to use the commit time"
+    )]
+    InvalidTimestamp { column: String, value: String },
+
+    #[error(
+        "headers column `{column}` (outbox.columns.headers) is not a JSON object of header \
+         name to value: {reason}"
+    )]
+    InvalidHeaders { column: String, reason: String },
+
+    /// pgoutput sent "unchanged TOAST" instead of a value, which happens only
+    /// for updates; outbox rows are relayed from inserts.
+    #[error(
+        "column `{column}` has no value in the change (an unchanged TOASTed value); outbox \
+         rows must be inserted, not updated"
+    )]
+    UnavailableValue { column: String },
+
+    #[error(
+        "column `{column}` ({role}) is not valid UTF-8, so routing.rules cannot match it; \
+         use a UTF8 database encoding"
+    )]
+    InvalidText { column: String, role: String },
+}
+
+/// The config cannot drive a mapper. `RecordMapper::new` re-runs the config
+/// validation, so a validated config never fails here.
+#[derive(Debug, thiserror::Error)]
+pub enum MappingConfigError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{key}: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+/// A column value quoted in an error: lossy UTF-8, at most [`MAX_QUOTED`]
+/// characters.
+pub(super) fn quote(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    match s.char_indices().nth(MAX_QUOTED) {
+        Some((end, _)) => format!("{}…", &s[..end]),
+        None => s.into_owned(),
+    }
+}
