@@ -14,6 +14,8 @@
 //!   transactions) is delivered again. A graceful stop drains it first.
 
 mod dead_letter;
+mod deliver;
+mod poison;
 mod session;
 
 use std::future::Future;
@@ -31,6 +33,7 @@ use crate::source::session::{SourceError, SourceSettings};
 pub use dead_letter::{
     HEADER_ERROR, HEADER_ERROR_KIND, HEADER_LSN, HEADER_TOPIC, HEADER_VALUE_SIZE, HEADER_XID,
 };
+use poison::PoisonMemory;
 use session::{Session, SessionEnd};
 
 /// A session that ran this long without failing resets the backoff.
@@ -95,7 +98,7 @@ pub async fn run(
         let _ = stop_tx.send(true);
     });
     let mut mapper = RecordMapper::new(&settings.config.outbox.columns, &settings.config.routing)?;
-    let mut poison = session::PoisonMemory::default();
+    let mut poison = PoisonMemory::default();
     let relay = &settings.config.relay;
     register_metrics(&settings.config);
     let health = &settings.health;
@@ -148,7 +151,7 @@ fn register_metrics(config: &Config) {
     for cause in CAUSE_LABELS {
         metrics::counter!(m::RECONNECTS, "cause" => cause).increment(0);
     }
-    for reason in session::DEAD_LETTER_REASONS {
+    for reason in poison::DEAD_LETTER_REASONS {
         metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => reason).increment(0);
     }
 }
