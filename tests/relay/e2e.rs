@@ -37,7 +37,7 @@ async fn fifty_thousand_events_arrive_exactly_in_per_aggregate_commit_order() {
         verify(broker, &sent, &texts, Duration::from_secs(300), false)
     })
     .await
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e:?}\nrelay log:\n{}", relay.log()));
     assert_eq!(v.delivered, 50_000, "relay log:\n{}", relay.log());
     eprintln!(
         "e2e: {} events delivered, {} duplicates",

@@ -287,8 +287,30 @@ pub fn verify(
             .take(5)
             .map(|m| (m.agg.as_str(), m.seq))
             .collect();
+        // Where the log and what we read disagree, per partition.
+        let topics: HashSet<&str> = missing.iter().map(|m| m.topic.as_str()).collect();
+        let mut layout = String::new();
+        for topic in topics {
+            let records =
+                broker.consume_all(topic, broker.record_count(topic), Duration::from_secs(20));
+            let mut per_partition: std::collections::BTreeMap<i32, (usize, i64, i64)> =
+                Default::default();
+            for r in &records {
+                let e = per_partition
+                    .entry(r.partition)
+                    .or_insert((0, i64::MAX, -1));
+                e.0 += 1;
+                e.1 = e.1.min(r.offset);
+                e.2 = e.2.max(r.offset);
+            }
+            layout.push_str(&format!(
+                "\n{topic}: watermark total {}, read {} as (partition: count, first offset, last offset) {per_partition:?}",
+                broker.record_count(topic),
+                records.len()
+            ));
+        }
         panic!(
-            "{} of {} committed events missing from Kafka ({holes} are holes below a delivered sequence number), e.g. {example:?}",
+            "{} of {} committed events missing from Kafka ({holes} are holes below a delivered sequence number), e.g. {example:?}{layout}",
             missing.len(),
             sent.len()
         );
