@@ -398,6 +398,7 @@ impl KafkaBroker {
         consumer.assign(&tpl).expect("assign");
 
         let mut out = Vec::with_capacity(expected);
+        let mut errors = 0u32;
         while out.len() < expected {
             let now = Instant::now();
             if now >= deadline {
@@ -422,8 +423,15 @@ impl KafkaBroker {
                         .unwrap_or_default(),
                     timestamp: m.timestamp().to_millis(),
                 }),
-                // Transient errors (e.g. the broker is restarting): keep polling.
-                Some(Err(_)) => {}
+                // Transient errors (e.g. the broker is restarting): keep
+                // polling, but say so: a read-back that silently skipped
+                // records would look like loss.
+                Some(Err(e)) => {
+                    errors += 1;
+                    if errors <= 3 {
+                        eprintln!("consume_all({topic}): {e}");
+                    }
+                }
             }
         }
         out.sort_by_key(|r| (r.partition, r.offset));
