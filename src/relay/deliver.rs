@@ -28,6 +28,12 @@ impl Session<'_> {
         &mut self,
         item: SourceItem,
     ) -> Result<Option<SessionEnd>, RelayError> {
+        // Halted: nothing after the poison event may be sent or become a
+        // checkpoint, not even the rest of the message that carried it (a
+        // non-transactional message brings its own checkpoint along).
+        if self.halted.is_some() {
+            return Ok(None);
+        }
         match item {
             SourceItem::Checkpoint { lsn, .. } => {
                 self.tracker.commit(lsn);

@@ -190,3 +190,33 @@ fn batch_mates_of_a_broker_refused_record_are_not_dead_lettered() {
     assert_eq!(dlq[0].header("eventType"), Some(&b"huge"[..]));
     assert!(dlq[0].header("outboxd.original.value_size").is_some());
 }
+
+/// A non-transactional message arrives with its own checkpoint; when it
+/// cannot be mapped under `stop`, that checkpoint must not be confirmed.
+#[test]
+fn unmappable_message_under_stop_is_not_confirmed() {
+    let broker = shared();
+    let e = env(broker.bootstrap(), "poisonmsg", "");
+    let relay = Relay::start(&e);
+    let lsn: outboxd::Lsn =
+        e.pg.psql(
+            "app",
+            "SELECT pg_logical_emit_message(false, 'outbox', 'not a JSON object')",
+        )
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for("the halt to be logged", Duration::from_secs(30), || {
+        relay.log().contains("relay halted")
+    });
+    e.pg.psql(
+        "app",
+        "CREATE TABLE later (x int); INSERT INTO later VALUES (1)",
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let confirmed = confirmed_lsn(&e.pg, "poisonmsg");
+    assert!(
+        confirmed <= lsn,
+        "slot confirmed {confirmed} past the unmappable message at {lsn}"
+    );
+}
