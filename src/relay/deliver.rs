@@ -241,16 +241,18 @@ impl Session<'_> {
         match report.result {
             Ok(_) => {
                 let _ = self.tracker.ack(entry.id);
-                let (events, bytes) = self
-                    .published
-                    .entry(Arc::clone(&entry.record.topic))
-                    .or_insert_with(|| {
-                        let t = entry.record.topic.to_string();
+                // Per-topic handles, created on a topic's first ack only.
+                if !self.published.contains_key(&entry.record.topic) {
+                    let t = entry.record.topic.to_string();
+                    self.published.insert(
+                        Arc::clone(&entry.record.topic),
                         (
                             metrics::counter!(m::EVENTS_PUBLISHED, "topic" => t.clone()),
                             metrics::counter!(m::BYTES_PUBLISHED, "topic" => t),
-                        )
-                    });
+                        ),
+                    );
+                }
+                let (events, bytes) = &self.published[&entry.record.topic];
                 events.increment(1);
                 bytes.increment(entry.record.size as u64);
                 let now_us = std::time::SystemTime::now()
@@ -258,7 +260,7 @@ impl Session<'_> {
                     .map(|d| d.as_micros() as i64)
                     .unwrap_or(0);
                 let behind_us = (now_us - entry.event.commit_time_us).max(0);
-                metrics::histogram!(m::COMMIT_TO_ACK_SECONDS).record(behind_us as f64 / 1e6);
+                self.hot.commit_to_ack.record(behind_us as f64 / 1e6);
                 self.wal_to_ack
                     .record(entry.received_at.elapsed().as_secs_f64());
                 let health = &self.settings.health;

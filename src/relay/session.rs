@@ -79,6 +79,7 @@ pub(super) struct HotMetrics {
     pub(super) transactions: Counter,
     in_flight_events: Gauge,
     in_flight_bytes: Gauge,
+    pub(super) commit_to_ack: Histogram,
 }
 
 impl HotMetrics {
@@ -88,6 +89,7 @@ impl HotMetrics {
             transactions: metrics::counter!(m::TRANSACTIONS),
             in_flight_events: metrics::gauge!(m::IN_FLIGHT_EVENTS),
             in_flight_bytes: metrics::gauge!(m::IN_FLIGHT_BYTES),
+            commit_to_ack: metrics::histogram!(m::COMMIT_TO_ACK_SECONDS),
         }
     }
 }
