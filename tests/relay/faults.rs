@@ -55,6 +55,12 @@ async fn kill_9_mid_stream_loses_nothing_and_repeats_only_the_unacked_window() {
         "kill9",
         &format!("[relay]\nmax_in_flight_events = {MAX_IN_FLIGHT}\n"),
     );
+    // An observer slot records each transaction's commit end LSN, so every
+    // duplicate can be checked against the position the slot held at the kill.
+    e.pg.psql(
+        "app",
+        "SELECT pg_create_logical_replication_slot('observer', 'test_decoding')",
+    );
     let mut relay = Relay::start(&e);
     let start = confirmed_lsn(&e.pg, "kill9");
     let writers = spawn_writers(&e, "kill9", 20_000, 40);
@@ -66,6 +72,7 @@ async fn kill_9_mid_stream_loses_nothing_and_repeats_only_the_unacked_window() {
     });
     relay.signal("-KILL");
     assert!(relay.wait(Duration::from_secs(10)).is_some());
+    let at_kill = confirmed_lsn(pg, "kill9");
     let log = relay.log();
     let relay2 = Relay::start(&e);
     let sent = join(writers).await;
@@ -82,20 +89,19 @@ async fn kill_9_mid_stream_loses_nothing_and_repeats_only_the_unacked_window() {
             tail_lines(&log2, 60)
         )
     });
-    // Re-delivered: the unacked window (at most MAX_IN_FLIGHT), the rest of
-    // the transaction it cut (largest: 300 events), and what was acked but
-    // not yet confirmed to PostgreSQL (the confirmed position trails acks by
-    // one status gap, 100 ms: far fewer than MAX_IN_FLIGHT events at the
-    // rates these machines reach).
-    let bound = 2 * MAX_IN_FLIGHT + 300;
+    // Re-delivered may only be what the slot had not confirmed when the
+    // relay died: events of transactions committed after that position.
+    let commit_end = commit_end_by_id(pg);
+    for id in &v.duplicated_ids {
+        let end = commit_end[id.as_str()];
+        assert!(
+            end > at_kill,
+            "event {id} (commit end {end}) was confirmed at {at_kill} yet delivered again"
+        );
+    }
     eprintln!(
-        "kill -9: {} delivered, {} duplicates (bound {bound})",
+        "kill -9: {} delivered, {} duplicates, all committed after the confirmed position {at_kill}",
         v.delivered, v.duplicates
-    );
-    assert!(
-        v.duplicates <= bound,
-        "{} duplicates; first relay log:\n{log}",
-        v.duplicates
     );
 }
 
@@ -304,4 +310,33 @@ async fn broker_down_longer_than_message_timeout_loses_nothing() {
         "broker outage (20 s, message.timeout.ms 5 s): {} delivered, {} duplicates; slot {held} at the kill, {during} during",
         v.delivered, v.duplicates
     );
+}
+
+/// Each outbox row's transaction commit end LSN, from the test_decoding
+/// observer slot.
+fn commit_end_by_id(
+    pg: &crate::harness::pg::PgCluster,
+) -> std::collections::HashMap<String, outboxd::Lsn> {
+    let out = pg.psql(
+        "app",
+        "SELECT lsn, data FROM pg_logical_slot_peek_changes('observer', NULL, NULL)",
+    );
+    let mut map = std::collections::HashMap::new();
+    let mut pending: Vec<String> = Vec::new();
+    for line in out.lines() {
+        let Some((lsn, data)) = line.split_once('|') else {
+            continue;
+        };
+        if data.starts_with("BEGIN") {
+            pending.clear();
+        } else if let Some(rest) = data.strip_prefix("table public.outbox: INSERT: id[uuid]:'") {
+            pending.push(rest[..36].to_string());
+        } else if data.starts_with("COMMIT") {
+            let lsn: outboxd::Lsn = lsn.parse().unwrap();
+            for id in pending.drain(..) {
+                map.insert(id, lsn);
+            }
+        }
+    }
+    map
 }

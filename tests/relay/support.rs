@@ -206,6 +206,8 @@ pub async fn write(
 pub struct Verdict {
     pub delivered: usize,
     pub duplicates: usize,
+    /// Ids delivered more than once.
+    pub duplicated_ids: HashSet<String>,
 }
 
 /// Reads every topic of `sent` back and checks: every committed event
@@ -265,6 +267,7 @@ pub fn verify(
                 verdict.delivered += 1;
             } else {
                 verdict.duplicates += 1;
+                verdict.duplicated_ids.insert(id.clone());
             }
         }
     }
