@@ -51,8 +51,12 @@ enum Command {
 fn init_logging(format: LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OUTBOXD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // Colours only for a person at a terminal: escape codes in a log file,
+    // journald or `docker logs` get in the way of grep and log shippers.
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),

@@ -21,6 +21,21 @@ use crate::source::transactions::SourceItem;
 /// reports a failed batch in one go; this only covers scheduling delays.
 const BATCH_MATE_WAIT: Duration = Duration::from_millis(500);
 
+/// Log target of the per-event audit trail: one TRACE line when an event is
+/// handed to the producer and one when Kafka acknowledges it (with partition
+/// and offset). Off unless asked for (`OUTBOXD_LOG=info,outboxd::events=trace`),
+/// and then free of cost on the hot path when off: fields are only
+/// evaluated for an enabled callsite.
+pub const EVENTS_TARGET: &str = "outboxd::events";
+
+fn event_id(record: &KafkaRecord) -> std::borrow::Cow<'_, str> {
+    record
+        .event_id
+        .as_deref()
+        .map(String::from_utf8_lossy)
+        .unwrap_or(std::borrow::Cow::Borrowed("-"))
+}
+
 impl Session<'_> {
     /// One item from the stream: a checkpoint moves the ack tracker; an
     /// event is mapped and sent, or goes to the `on_error` policy.
@@ -177,6 +192,13 @@ impl Session<'_> {
                 r.timestamp_ms,
             ) {
                 Ok(()) => {
+                    tracing::trace!(
+                        target: EVENTS_TARGET,
+                        event_id = %event_id(&entry.record),
+                        lsn = %entry.event.commit_lsn,
+                        topic = &*entry.record.topic,
+                        "sent"
+                    );
                     self.in_flight.insert(entry.id.get(), entry);
                     return Ok(None);
                 }
@@ -239,7 +261,16 @@ impl Session<'_> {
             return Ok(None);
         };
         match report.result {
-            Ok(_) => {
+            Ok(delivered) => {
+                tracing::trace!(
+                    target: EVENTS_TARGET,
+                    event_id = %event_id(&entry.record),
+                    lsn = %entry.event.commit_lsn,
+                    topic = &*entry.record.topic,
+                    partition = delivered.partition,
+                    offset = delivered.offset,
+                    "acked"
+                );
                 let _ = self.tracker.ack(entry.id);
                 // Per-topic handles, created on a topic's first ack only.
                 if !self.published.contains_key(&entry.record.topic) {

@@ -33,6 +33,7 @@ use crate::source::session::{SourceError, SourceSettings};
 pub use dead_letter::{
     HEADER_ERROR, HEADER_ERROR_KIND, HEADER_LSN, HEADER_TOPIC, HEADER_VALUE_SIZE, HEADER_XID,
 };
+pub use deliver::EVENTS_TARGET;
 use poison::PoisonMemory;
 use session::{Session, SessionEnd};
 

@@ -345,6 +345,31 @@ impl KafkaBroker {
             .sum()
     }
 
+    /// (partition, low, high) watermarks of every partition of `topic`; the
+    /// low one is the log start offset (above 0 only if records were deleted).
+    pub fn watermarks(&self, topic: &str) -> Vec<(i32, i64, i64)> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", "outboxd-harness-watermarks")
+            .create()
+            .expect("consumer for watermarks");
+        let Ok(meta) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else {
+            return Vec::new();
+        };
+        let Some(t) = meta.topics().first().filter(|t| t.error().is_none()) else {
+            return Vec::new();
+        };
+        t.partitions()
+            .iter()
+            .map(|p| {
+                let (low, high) = consumer
+                    .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
+                    .unwrap_or((-1, -1));
+                (p.id(), low, high)
+            })
+            .collect()
+    }
+
     /// Reads `topic` from the beginning of every partition (no consumer group, nothing
     /// committed, read_committed isolation) until `expected` records arrived or `timeout`
     /// passed, and returns what it got, sorted by (partition, offset). Returns at most

@@ -30,9 +30,17 @@ async fn json_log_is_one_object_per_line_and_quiet_per_event() {
         0,
     )
     .await;
+    let logs = e.dir.path().to_path_buf();
     let texts = payload_texts(&e.pg);
     let verdict = tokio::task::spawn_blocking(move || {
-        verify(broker, &sent, &texts, Duration::from_secs(120), false)
+        verify(
+            broker,
+            &sent,
+            &texts,
+            Duration::from_secs(120),
+            false,
+            &logs,
+        )
     })
     .await
     .unwrap();

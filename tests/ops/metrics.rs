@@ -284,10 +284,12 @@ async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
         "{}",
         tail(&log(), 40)
     );
+    let logs = e.dir.path().to_path_buf();
     let texts = payload_texts(&e.pg);
     let b = &broker;
-    let verdict =
-        tokio::task::block_in_place(|| verify(b, &sent, &texts, Duration::from_secs(120), true));
+    let verdict = tokio::task::block_in_place(|| {
+        verify(b, &sent, &texts, Duration::from_secs(120), true, &logs)
+    });
     assert_eq!(verdict.delivered, 500);
 }
 

@@ -76,9 +76,10 @@ async fn kill_9_mid_stream_loses_nothing_and_repeats_only_the_unacked_window() {
     let log = relay.log();
     let relay2 = Relay::start(&e);
     let sent = join(writers).await;
+    let logs = e.dir.path().to_path_buf();
     let texts = payload_texts(&e.pg);
     let v = tokio::task::spawn_blocking(move || {
-        verify(broker, &sent, &texts, Duration::from_secs(240), true)
+        verify(broker, &sent, &texts, Duration::from_secs(240), true, &logs)
     })
     .await;
     let v = v.unwrap_or_else(|err| {
@@ -130,9 +131,17 @@ async fn sigterm_drains_exits_zero_and_restart_repeats_nothing() {
     assert!(relay.log().contains("shutting down"), "{}", relay.log());
     let _relay2 = Relay::start(&e);
     let sent = join(writers).await;
+    let logs = e.dir.path().to_path_buf();
     let texts = payload_texts(&e.pg);
     let v = tokio::task::spawn_blocking(move || {
-        verify(broker, &sent, &texts, Duration::from_secs(240), false)
+        verify(
+            broker,
+            &sent,
+            &texts,
+            Duration::from_secs(240),
+            false,
+            &logs,
+        )
     })
     .await
     .unwrap();
@@ -222,10 +231,12 @@ async fn paused_broker_holds_the_slot_before_the_first_unacked_event() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     broker.resume();
+    let logs = e.dir.path().to_path_buf();
     let texts = payload_texts(pg);
     let b = &broker;
-    let v =
-        tokio::task::block_in_place(|| verify(b, &sent, &texts, Duration::from_secs(120), true));
+    let v = tokio::task::block_in_place(|| {
+        verify(b, &sent, &texts, Duration::from_secs(120), true, &logs)
+    });
     eprintln!(
         "pause: held at {max_seen} < {first_unacked_end}; {} delivered, {} duplicates",
         v.delivered, v.duplicates
@@ -296,10 +307,12 @@ async fn broker_down_longer_than_message_timeout_loses_nothing() {
     tokio::task::block_in_place(|| broker.restart());
     let mut sent = join(writers).await;
     sent.extend(join(more).await);
+    let logs = e.dir.path().to_path_buf();
     let texts = payload_texts(pg);
     let b = &broker;
-    let v =
-        tokio::task::block_in_place(|| verify(b, &sent, &texts, Duration::from_secs(240), true));
+    let v = tokio::task::block_in_place(|| {
+        verify(b, &sent, &texts, Duration::from_secs(240), true, &logs)
+    });
     let log = relay.log();
     assert!(
         log.contains("resuming from the slot"),

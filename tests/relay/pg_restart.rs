@@ -70,9 +70,10 @@ async fn database_restart_and_crash_lose_nothing() {
         log.contains("resuming from the slot"),
         "the restarts should have forced reconnects:\n{log}"
     );
+    let logs = e.dir.path().to_path_buf();
     let texts = payload_texts(pg);
     let v = tokio::task::block_in_place(|| {
-        verify(broker, &sent, &texts, Duration::from_secs(180), true)
+        verify(broker, &sent, &texts, Duration::from_secs(180), true, &logs)
     });
     eprintln!(
         "database restart + crash: {} delivered, {} duplicates",

@@ -3,13 +3,14 @@
 //! that read everything back from Kafka.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::kafka::{KafkaBroker, Record};
 use crate::harness::outboxd::bin;
 use crate::harness::pg::{PgCluster, PgOptions};
+use outboxd::relay::EVENTS_TARGET;
 
 pub struct Env {
     pub pg: PgCluster,
@@ -69,7 +70,9 @@ impl Relay {
         let child = Command::new(bin())
             .args(["run", "--config"])
             .arg(&env.config)
-            .env("OUTBOXD_LOG", "info,outboxd=debug")
+            // The per-event trail lets a failed read-back say whether the
+            // relay sent a missing event and where Kafka said it put it.
+            .env("OUTBOXD_LOG", "info,outboxd=debug,outboxd::events=trace")
             .envs(vars.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -78,8 +81,17 @@ impl Relay {
         Relay { child, log }
     }
 
+    /// The relay's log without the per-event trail (see [`event_trail`]).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.contains(EVENTS_TARGET))
+            .fold(String::new(), |mut out, l| {
+                out.push_str(l);
+                out.push('\n');
+                out
+            })
     }
 
     pub fn signal(&self, sig: &str) {
@@ -208,18 +220,24 @@ pub struct Verdict {
     pub duplicates: usize,
     /// Ids delivered more than once.
     pub duplicated_ids: HashSet<String>,
+    /// Where each id was first read back: (partition, offset).
+    pub first_at: HashMap<String, (i32, i64)>,
 }
 
 /// Reads every topic of `sent` back and checks: every committed event
 /// arrived on its topic with key = aggregate, header id = event id, value
 /// bytes = the payload as PostgreSQL printed it; no event that was not
 /// committed; per aggregate, first deliveries in commit order.
+///
+/// `logs` is the directory of the relays' logs (the [`Env`]'s dir): when
+/// events are missing, their lines of the per-event trail are quoted.
 pub fn verify(
     broker: &KafkaBroker,
     sent: &[Sent],
     payload_text: &HashMap<String, String>,
     timeout: Duration,
     allow_duplicates: bool,
+    logs: &Path,
 ) -> Verdict {
     let by_id: HashMap<&str, &Sent> = sent.iter().map(|s| (s.id.as_str(), s)).collect();
     let topics: HashSet<&str> = sent.iter().map(|s| s.topic.as_str()).collect();
@@ -264,6 +282,7 @@ pub fn verify(
             );
             if first_seen.insert(id.clone()) {
                 per_agg.entry(s.agg.clone()).or_default().push(s.seq);
+                verdict.first_at.insert(id.clone(), (r.partition, r.offset));
                 verdict.delivered += 1;
             } else {
                 verdict.duplicates += 1;
@@ -293,9 +312,13 @@ pub fn verify(
         // Where the log and what we read disagree, per partition.
         let topics: HashSet<&str> = missing.iter().map(|m| m.topic.as_str()).collect();
         let mut layout = String::new();
-        for topic in topics {
+        for &topic in &topics {
             let records =
                 broker.consume_all(topic, broker.record_count(topic), Duration::from_secs(20));
+            layout.push_str(&format!(
+                "\n{topic}: (partition, log start, high watermark) {:?}",
+                broker.watermarks(topic)
+            ));
             let mut per_partition: std::collections::BTreeMap<i32, (usize, i64, i64)> =
                 Default::default();
             for r in &records {
@@ -312,8 +335,24 @@ pub fn verify(
                 records.len()
             ));
         }
+        let ids: Vec<&str> = missing.iter().take(10).map(|m| m.id.as_str()).collect();
+        let trail = event_trail(logs, &ids);
+        // What the broker had to say about those topics, or about itself
+        // (a fenced broker gives up its partitions for a while).
+        let broker_log: Vec<String> = broker
+            .log()
+            .lines()
+            .filter(|l| {
+                l.contains(" WARN ")
+                    || l.contains(" ERROR ")
+                    || l.contains("fenc")
+                    || topics.iter().any(|t| l.contains(t))
+            })
+            .map(str::to_owned)
+            .collect();
+        let broker_log = broker_log[broker_log.len().saturating_sub(80)..].join("\n");
         panic!(
-            "{} of {} committed events missing from Kafka ({holes} are holes below a delivered sequence number), e.g. {example:?}{layout}",
+            "{} of {} committed events missing from Kafka ({holes} are holes below a delivered sequence number), e.g. {example:?}{layout}\nrelay trail of the first missing ids {ids:?}:\n{trail}\nbroker log (warnings, fencing, those topics; last 80 lines):\n{broker_log}",
             missing.len(),
             sent.len()
         );
@@ -329,6 +368,59 @@ pub fn verify(
         assert_eq!(verdict.duplicates, 0, "duplicates where none are allowed");
     }
     verdict
+}
+
+/// The lines of the relays' per-event trail (every `relay-*.log` in `dir`)
+/// that mention one of `ids`: whether each was sent and acked, and where.
+pub fn event_trail(dir: &Path, ids: &[&str]) -> String {
+    let mut out = String::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if !(name.starts_with("relay-") && name.ends_with(".log")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines() {
+            if ids.iter().any(|id| line.contains(id)) {
+                out.push_str(&format!("{name}: {line}\n"));
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push_str("(no relay log line mentions them: never read from the WAL)\n");
+    }
+    out
+}
+
+/// The `acked` lines of the relays' per-event trail (every `relay-*.log`
+/// in `dir`): event id → every (partition, offset) Kafka reported for it.
+pub fn acked_positions(dir: &Path) -> HashMap<String, Vec<(i32, i64)>> {
+    let mut out: HashMap<String, Vec<(i32, i64)>> = HashMap::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if !(name.starts_with("relay-") && name.ends_with(".log")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        for line in text.lines() {
+            if !(line.contains(EVENTS_TARGET) && line.contains(" acked ")) {
+                continue;
+            }
+            let field = |name: &str| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+                    .unwrap_or_else(|| panic!("no {name} in trail line {line:?}"))
+            };
+            out.entry(field("event_id").to_string()).or_default().push((
+                field("partition").parse().unwrap(),
+                field("offset").parse().unwrap(),
+            ));
+        }
+    }
+    out
 }
 
 /// PostgreSQL's text for each payload (jsonb normalises spacing), by id.
