@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::poison::{EventIdentity, Stage, Verdict};
-use super::session::{InFlight, Session, SessionEnd};
+use super::session::{keep_alive, InFlight, Session, SessionEnd};
 use super::RelayError;
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent};
@@ -126,7 +126,15 @@ impl Session<'_> {
         identity: EventIdentity,
         isolated: bool,
     ) -> Result<InFlight, RelayError> {
-        self.topics.ensure(&record.topic).await?;
+        let confirmed = self.tracker.confirmable();
+        let interval = self.settings.config.postgres.status_interval;
+        keep_alive(
+            &mut self.source,
+            confirmed,
+            interval,
+            self.topics.ensure(&record.topic),
+        )
+        .await??;
         let id = self.tracker.push_event(record.size);
         Ok(InFlight {
             id,
@@ -160,13 +168,27 @@ impl Session<'_> {
         }
     }
 
+    /// The next delivery report, however long Kafka takes (e.g. a hung
+    /// broker), with the walsender kept alive meanwhile.
+    async fn next_report_keeping_alive(&mut self) -> Result<Option<DeliveryReport>, RelayError> {
+        let confirmed = self.tracker.confirmable();
+        let interval = self.settings.config.postgres.status_interval;
+        Ok(keep_alive(
+            &mut self.source,
+            confirmed,
+            interval,
+            self.sink.next_report(),
+        )
+        .await?)
+    }
+
     /// Handles delivery reports until `done` holds (or the session must end).
     async fn drain_reports(
         &mut self,
         done: impl Fn(&Self) -> bool,
     ) -> Result<Option<SessionEnd>, RelayError> {
         while !done(self) && self.halted.is_none() {
-            let Some(report) = self.sink.next_report().await else {
+            let Some(report) = self.next_report_keeping_alive().await? else {
                 return Ok(Some(SessionEnd::Reconnect("Kafka producer stopped".into())));
             };
             if let Some(end) = self.on_report(report).await? {
@@ -203,7 +225,7 @@ impl Session<'_> {
                     return Ok(None);
                 }
                 Err(SendError::QueueFull) => {
-                    let Some(report) = self.sink.next_report().await else {
+                    let Some(report) = self.next_report_keeping_alive().await? else {
                         return Ok(Some(SessionEnd::Reconnect("Kafka producer stopped".into())));
                     };
                     if let Some(end) = self.on_report(report).await? {

@@ -8,12 +8,18 @@
 //! 4. the drain deadline,
 //! 5. new WAL, only while in-flight events and bytes are under their limits.
 //!
+//! The walsender ends a connection it hears nothing from for
+//! `wal_sender_timeout`, so the status updates must never stop: not while
+//! the window is full (3), and not while a handler waits on Kafka for a
+//! topic, a report or room in the producer's queue ([`keep_alive`]).
+//!
 //! This file holds the session's state and its loop; the handlers live
 //! beside it: [`deliver`](super::deliver) takes events to the producer and
 //! handles delivery reports, [`poison`](super::poison) applies
 //! `relay.on_error` to events that cannot be delivered.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +33,8 @@ use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent, RecordMapper};
 use crate::progress::{AckTracker, DeliveryId};
 use crate::sink::{KafkaSink, TopicManager};
-use crate::source::session::{Received, SourceSession};
+use crate::source::session::{Received, SourceError, SourceSession};
+use crate::Lsn;
 
 /// Least time between two status updates while the confirmable position
 /// moves: batches updates under load, still confirms within a blink.
@@ -54,6 +61,10 @@ pub(super) struct InFlight {
 
 pub struct Session<'a> {
     pub(super) settings: &'a RelaySettings,
+    /// The replication stream. Handlers that wait (for a topic, for room in
+    /// the producer's queue, for a report) keep it alive through
+    /// [`keep_alive`].
+    pub(super) source: SourceSession,
     pub(super) mapper: &'a mut RecordMapper,
     pub(super) poison: &'a mut PoisonMemory,
     pub(super) sink: KafkaSink,
@@ -94,6 +105,30 @@ impl HotMetrics {
     }
 }
 
+/// Awaits `fut` while sending the walsender a status update (confirming
+/// `confirmed`) every `interval`. A handler that waits on Kafka, for a topic,
+/// a report or room in the producer's queue, reads nothing from the stream
+/// meanwhile, and without these updates the server would end the connection
+/// after `wal_sender_timeout`.
+pub(super) async fn keep_alive<T>(
+    source: &mut SourceSession,
+    confirmed: Lsn,
+    interval: Duration,
+    fut: impl Future<Output = T>,
+) -> Result<T, SourceError> {
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        let at = Instant::from_std(source.stream().next_status_deadline(interval));
+        tokio::select! {
+            biased;
+            out = &mut fut => return Ok(out),
+            _ = tokio::time::sleep_until(at) => {
+                source.stream().send_status(confirmed, false).await?;
+            }
+        }
+    }
+}
+
 impl<'a> Session<'a> {
     pub async fn run(
         settings: &'a RelaySettings,
@@ -102,7 +137,7 @@ impl<'a> Session<'a> {
         mut stop: watch::Receiver<bool>,
     ) -> Result<SessionEnd, RelayError> {
         let health = &settings.health;
-        let mut source = SourceSession::open(&settings.source).await?;
+        let source = SourceSession::open(&settings.source).await?;
         health.postgres_up();
         health.progress(0, source.start_lsn);
         // Statistics feed only the endpoint's gauges: none without one.
@@ -115,13 +150,15 @@ impl<'a> Session<'a> {
         // decides again.
         health.set_halted(None);
         metrics::gauge!(m::HALTED).set(0.0);
+        let start_lsn = source.start_lsn;
         let mut s = Session {
             settings,
+            source,
             mapper,
             poison,
             sink,
             topics,
-            tracker: AckTracker::new(source.start_lsn),
+            tracker: AckTracker::new(start_lsn),
             in_flight: HashMap::new(),
             ordinal: 0,
             halted: None,
@@ -138,12 +175,12 @@ impl<'a> Session<'a> {
         let far = Instant::now() + Duration::from_secs(86400 * 365);
         loop {
             if let Some(deadline) = drain_deadline {
-                let drained = !source.in_transaction() && s.tracker.in_flight() == 0;
+                let drained = !s.source.in_transaction() && s.tracker.in_flight() == 0;
                 if drained || Instant::now() >= deadline {
                     let confirmed = s.tracker.confirmable();
                     tracing::info!(%confirmed, unacked = s.tracker.in_flight(), drained, "shutting down");
-                    s.filtered.update(source.ignored());
-                    source.finish(confirmed).await?;
+                    s.filtered.update(s.source.ignored());
+                    s.source.finish(confirmed).await?;
                     m::gauge_lsn(m::CONFIRMED_LSN, confirmed);
                     return Ok(SessionEnd::Shutdown);
                 }
@@ -154,8 +191,8 @@ impl<'a> Session<'a> {
             // a restart does not repeat half of it.
             let reading = !full
                 && s.halted.is_none()
-                && (drain_deadline.is_none() || source.in_transaction());
-            let status_at = Instant::from_std(source.stream().next_status_deadline(interval));
+                && (drain_deadline.is_none() || s.source.in_transaction());
+            let status_at = Instant::from_std(s.source.stream().next_status_deadline(interval));
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|v| *v), if drain_deadline.is_none() => {
@@ -179,7 +216,7 @@ impl<'a> Session<'a> {
                 }
                 _ = tokio::time::sleep_until(status_at) => {}
                 _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() => {}
-                received = source.next(&mut items), if reading => {
+                received = s.source.next(&mut items), if reading => {
                     let received = received?;
                     s.received_at = Instant::now();
                     for item in items.drain(..) {
@@ -188,34 +225,34 @@ impl<'a> Session<'a> {
                         }
                     }
                     if let Received::Keepalive { wal_end, reply_requested } = received {
-                        if !source.in_transaction() {
+                        if !s.source.in_transaction() {
                             s.tracker.keepalive(wal_end);
                         }
                         if reply_requested {
-                            source.stream().send_status(s.tracker.confirmable(), false).await.map_err(crate::source::session::SourceError::from)?;
+                            s.source.stream().send_status(s.tracker.confirmable(), false).await.map_err(SourceError::from)?;
                         }
                     }
                 }
             }
             let confirmable = s.tracker.confirmable();
-            if source
+            if s.source
                 .stream()
                 .status_due(confirmable, interval, MIN_STATUS_GAP)
             {
-                source
+                s.source
                     .stream()
                     .send_status(confirmable, false)
                     .await
-                    .map_err(crate::source::session::SourceError::from)?;
-                m::gauge_lsn(m::CONFIRMED_LSN, source.stream().last_sent());
-                m::gauge_lsn(m::RECEIVED_LSN, source.stream().received());
-                s.filtered.update(source.ignored());
+                    .map_err(SourceError::from)?;
+                m::gauge_lsn(m::CONFIRMED_LSN, s.source.stream().last_sent());
+                m::gauge_lsn(m::RECEIVED_LSN, s.source.stream().received());
+                s.filtered.update(s.source.ignored());
             }
             s.hot.in_flight_events.set(s.tracker.in_flight() as f64);
             s.hot
                 .in_flight_bytes
                 .set(s.tracker.in_flight_bytes() as f64);
-            health.progress(s.tracker.in_flight(), source.stream().last_sent());
+            health.progress(s.tracker.in_flight(), s.source.stream().last_sent());
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Real servers for the tests: private PostgreSQL clusters and a Kafka broker.
 
+pub mod http;
 pub mod kafka;
 pub mod outboxd;
 pub mod pg;

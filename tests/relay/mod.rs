@@ -1,6 +1,7 @@
 //! `outboxd run` against a real PostgreSQL and a real Kafka broker: the
 //! delivery guarantees, including under faults.
 
+mod backpressure;
 mod e2e;
 mod faults;
 mod pg_restart;

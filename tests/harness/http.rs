@@ -1,0 +1,88 @@
+//! Talking to `outboxd run`'s HTTP endpoint: plain GETs and parsed
+//! `/metrics` scrapes.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` with a plain socket: (status, body), or None if nothing answers.
+pub fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+/// One scrape of `/metrics`: (series name, labels, value) per sample.
+pub struct Scrape(Vec<(String, String, f64)>);
+
+impl Scrape {
+    pub fn take(port: u16) -> Scrape {
+        let (status, body) = get(port, "/metrics").expect("scrape /metrics");
+        assert_eq!(status, 200, "{body}");
+        let samples = body
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| {
+                let (series, value) = l.rsplit_once(' ').expect("sample line");
+                let (name, labels) = match series.split_once('{') {
+                    Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                    None => (series, ""),
+                };
+                let value = value.parse().unwrap_or_else(|_| panic!("value of {l}"));
+                (name.to_string(), labels.to_string(), value)
+            })
+            .collect();
+        Scrape(samples)
+    }
+
+    /// The sum over every sample of `name` whose labels contain `label`
+    /// (`""`: all of them); None when there is none.
+    pub fn get(&self, name: &str, label: &str) -> Option<f64> {
+        let mut found = self
+            .0
+            .iter()
+            .filter(|(n, l, _)| n == name && l.contains(label))
+            .map(|(_, _, v)| *v)
+            .peekable();
+        found.peek()?;
+        Some(found.sum())
+    }
+
+    pub fn value(&self, name: &str, label: &str) -> f64 {
+        self.get(name, label)
+            .unwrap_or_else(|| panic!("no {name}{{{label}}} in the scrape"))
+    }
+
+    /// Metric names present (histogram series fold into their metric).
+    pub fn names(&self) -> BTreeSet<String> {
+        self.0
+            .iter()
+            .map(|(n, _, _)| {
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| n.strip_suffix(s))
+                    .filter(|b| self.0.iter().any(|(m, _, _)| m == &format!("{b}_bucket")));
+                base.unwrap_or(n).to_string()
+            })
+            .collect()
+    }
+}
