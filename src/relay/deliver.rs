@@ -126,15 +126,19 @@ impl Session<'_> {
         identity: EventIdentity,
         isolated: bool,
     ) -> Result<InFlight, RelayError> {
-        let confirmed = self.tracker.confirmable();
-        let interval = self.settings.config.postgres.status_interval;
-        keep_alive(
-            &mut self.source,
-            confirmed,
-            interval,
-            self.topics.ensure(&record.topic),
-        )
-        .await??;
+        // The common case, a known topic, without the timer `keep_alive`
+        // sets up: this runs once per event.
+        if !self.topics.is_known(&record.topic) {
+            let confirmed = self.tracker.confirmable();
+            let interval = self.settings.config.postgres.status_interval;
+            keep_alive(
+                &mut self.source,
+                confirmed,
+                interval,
+                self.topics.ensure(&record.topic),
+            )
+            .await??;
+        }
         let id = self.tracker.push_event(record.size);
         Ok(InFlight {
             id,

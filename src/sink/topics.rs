@@ -112,6 +112,12 @@ impl TopicManager {
         Ok(())
     }
 
+    /// True when `topic` is known to exist: [`ensure`](Self::ensure) would
+    /// return at once, without asking the cluster.
+    pub fn is_known(&self, topic: &str) -> bool {
+        self.known.contains(topic)
+    }
+
     /// Forgets which topics exist, so the next [`ensure`](Self::ensure) of
     /// each asks the cluster again (e.g. after a topic was deleted).
     pub fn forget(&mut self) {
