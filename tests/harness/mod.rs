@@ -4,3 +4,4 @@ pub mod http;
 pub mod kafka;
 pub mod outboxd;
 pub mod pg;
+pub mod watchdog;

@@ -369,6 +369,7 @@ impl PgCluster {
         }
         cluster.write_config();
         cluster.start_on_free_port();
+        cluster.watch();
         let v = cluster.psql("postgres", "SHOW server_version_num");
         cluster.version_num = v
             .trim()
@@ -815,6 +816,7 @@ impl PgCluster {
     pub fn start_again(&self) {
         let out = self.pg_ctl_start();
         self.check(&out, "pg_ctl start");
+        self.watch();
     }
 
     /// pg_ctl restart -m fast
@@ -822,6 +824,18 @@ impl PgCluster {
         let log = self.log_path.display().to_string();
         let out = self.pg_ctl(&["-m", "fast", "-w", "-t", "60", "-l", &log, "restart"]);
         self.check(&out, "pg_ctl restart");
+        self.watch();
+    }
+
+    /// Arms a watchdog for the running server (see [`super::watchdog`]); the
+    /// previous one gave up when the server stopped.
+    fn watch(&self) {
+        // SIGQUIT: PostgreSQL's immediate shutdown.
+        super::watchdog::watch(
+            super::watchdog::Target::PidFile(&self.data.join("postmaster.pid")),
+            "QUIT",
+            Some(self.dir.path()),
+        );
     }
 
     /// Immediate shutdown (no checkpoint; crash recovery on the next start).

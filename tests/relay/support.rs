@@ -78,6 +78,11 @@ impl Relay {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("spawn outboxd run");
+        crate::harness::watchdog::watch(
+            crate::harness::watchdog::Target::Pid(child.id()),
+            "KILL",
+            None,
+        );
         Relay { child, log }
     }
 
