@@ -214,14 +214,35 @@ impl ProducerContext for DeliveryContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, id: Box<u64>) {
         let result = match result {
-            Ok(m) => Ok(Delivered {
+            Ok(m) if m.offset() >= 0 => Ok(Delivered {
                 partition: m.partition(),
                 offset: m.offset(),
             }),
+            Ok(_) => Err(implicit_ack()),
             Err((e, m)) => Err(self.failure(e, m)),
         };
         // The receiver is gone only while the sink is being dropped.
         let _ = self.reports.send(DeliveryReport { id: *id, result });
+    }
+}
+
+/// A success report without an offset. librdkafka "implicitly acks" records
+/// still waiting to be retried once a later batch of their partition
+/// succeeds, assuming the broker would not have taken the later batch
+/// without them. A broker before Kafka 4.5 does take it when it has no state
+/// for the producer on that partition, e.g. on a partition created moments
+/// ago whose first request was refused with NOT_LEADER (KAFKA-15591): the
+/// records were never written. So such an ack proves nothing, and the relay
+/// must send the record again (a duplicate at worst) instead of confirming
+/// past it.
+fn implicit_ack() -> DeliveryFailure {
+    DeliveryFailure {
+        code: RDKafkaErrorCode::Inconsistent,
+        message: "Kafka acknowledged the record only implicitly, without an offset (a later \
+                  batch of its partition succeeded while it waited to be retried); it may \
+                  never have been written, so it is sent again"
+            .to_owned(),
+        kind: FailureKind::Transport,
     }
 }
 

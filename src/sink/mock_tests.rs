@@ -257,3 +257,55 @@ async fn topic_manager_finds_existing_and_refuses_missing_topics() {
         }
     }
 }
+
+/// The race behind KAFKA-15591 (fixed in Kafka 4.5): the first produce
+/// request to a partition is refused with NOT_LEADER (the broker has not
+/// applied the partition yet) while the next one, with later sequence
+/// numbers, is accepted, since a broker before 4.5 takes any first sequence
+/// from a producer it has no state for (the mock never checks sequences of
+/// non-transactional producers, so it behaves the same). librdkafka then
+/// "implicitly acks" the refused records as persisted, without an offset:
+/// they were never written. Such a report must not count as delivered.
+#[tokio::test]
+async fn a_record_acked_only_implicitly_is_a_transport_failure() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
+    );
+    // One record per request, pipelined: the second request is on its way
+    // before the first one's refusal comes back.
+    let mut sink = KafkaSink::new(
+        &mock.bootstrap_servers(),
+        &kafka(&[("batch.num.messages", "1"), ("linger.ms", "0")]),
+    )
+    .unwrap();
+    for id in 1..=3u64 {
+        sink.send(id, "t", Some(b"k"), Some(b"v"), NO_HEADERS, None)
+            .unwrap();
+    }
+    let mut reports = HashMap::new();
+    for _ in 0..3 {
+        let r = report(&mut sink).await;
+        reports.insert(r.id, r.result);
+    }
+    // Record 1 is not in the log: the later two hold offsets 0 and 1.
+    let f = reports[&1].clone().expect_err("record 1 was never written");
+    assert_eq!(f.kind, FailureKind::Transport, "{f}");
+    assert!(f.message.contains("implicitly"), "{f}");
+    assert_eq!(
+        reports[&2],
+        Ok(Delivered {
+            partition: 0,
+            offset: 0
+        })
+    );
+    assert_eq!(
+        reports[&3],
+        Ok(Delivered {
+            partition: 0,
+            offset: 1
+        })
+    );
+}

@@ -160,12 +160,22 @@ impl TopicManager {
         self.wait_ready(topic).await
     }
 
+    /// Until every partition has a leader in the metadata *and* answers
+    /// that leader's ListOffsets: a broker publishes a new topic in its
+    /// metadata a moment before its partitions take writes. A first produce
+    /// request in that moment is refused and retried, and before Kafka 4.5
+    /// a second request overtaking it is accepted, leaving the first one's
+    /// records out (KAFKA-15591; the sink refuses to count them delivered,
+    /// see `delivery::implicit_ack`, but they then arrive late, after
+    /// records that were committed later).
     async fn wait_ready(&self, topic: &str) -> Result<(), SinkError> {
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         loop {
             // A metadata error while waiting counts as "not yet".
             if let Ok(TopicState::Exists { ready: true }) = self.state(topic).await {
-                return Ok(());
+                if self.writable(topic).await {
+                    return Ok(());
+                }
             }
             if tokio::time::Instant::now() + READY_POLL > deadline {
                 return Err(SinkError::TopicNotReady {
@@ -175,6 +185,30 @@ impl TopicManager {
             }
             tokio::time::sleep(READY_POLL).await;
         }
+    }
+
+    /// Whether every partition of `topic` answers a ListOffsets request on
+    /// its leader, i.e. the leader has taken the partition on.
+    async fn writable(&self, topic: &str) -> bool {
+        let admin = Arc::clone(&self.admin);
+        let name = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let Ok(metadata) = admin.inner().fetch_metadata(Some(&name), METADATA_TIMEOUT) else {
+                return false;
+            };
+            let Some(t) = metadata.topics().iter().find(|t| t.name() == name) else {
+                return false;
+            };
+            !t.partitions().is_empty()
+                && t.partitions().iter().all(|p| {
+                    admin
+                        .inner()
+                        .fetch_watermarks(&name, p.id(), READY_POLL * 10)
+                        .is_ok()
+                })
+        })
+        .await
+        .unwrap_or(false)
     }
 
     /// Asks the cluster about `topic` (librdkafka's metadata call blocks, so
