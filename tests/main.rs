@@ -5,4 +5,5 @@
 mod harness;
 mod ops;
 mod relay;
+mod sink;
 mod source;

@@ -1,0 +1,4 @@
+//! The Kafka sink against the real broker: what it reports as delivered is
+//! what Kafka holds.
+
+mod fresh_topic;
