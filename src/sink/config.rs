@@ -31,7 +31,20 @@ pub const ENFORCED: [(&str, &str); 3] = [
 
 /// outboxd's defaults: `(property, its librdkafka aliases, value)`. A default
 /// applies only if the user set none of the names.
-pub const DEFAULTS: [(&str, &[&str], &str); 4] = [
+pub const DEFAULTS: [(&str, &[&str], &str); 5] = [
+    // One produce request in flight per broker: a later request can then
+    // never overtake a refused earlier one. Idempotence alone does not
+    // prevent that before Kafka 4.5: a broker with no state for the producer
+    // on a partition (new, or just empty) accepts the later one, and the
+    // earlier one's records then land after it or, as far as librdkafka can
+    // tell, never (KAFKA-15591; the sink treats those acks as failures).
+    // Kafka Connect runs source connectors this way too. With Kafka 4.5 or
+    // later, up to 5 is safe and pipelines better over a slow link.
+    (
+        "max.in.flight.requests.per.connection",
+        &["max.in.flight"],
+        "1",
+    ),
     // librdkafka's own default since 1.9; pinned so batching does not change
     // under us: 5 ms costs little latency next to a commit and batches well.
     ("linger.ms", &["queue.buffering.max.ms"], "5"),

@@ -274,11 +274,16 @@ async fn a_record_acked_only_implicitly_is_a_transport_failure() {
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
     );
-    // One record per request, pipelined: the second request is on its way
-    // before the first one's refusal comes back.
+    // One record per request, pipelined (up to 5 in flight, as a user with
+    // Kafka 4.5 may allow): the second request is on its way before the
+    // first one's refusal comes back.
     let mut sink = KafkaSink::new(
         &mock.bootstrap_servers(),
-        &kafka(&[("batch.num.messages", "1"), ("linger.ms", "0")]),
+        &kafka(&[
+            ("batch.num.messages", "1"),
+            ("linger.ms", "0"),
+            ("max.in.flight.requests.per.connection", "5"),
+        ]),
     )
     .unwrap();
     for id in 1..=3u64 {
@@ -308,4 +313,41 @@ async fn a_record_acked_only_implicitly_is_a_transport_failure() {
             offset: 1
         })
     );
+}
+
+/// outboxd's default of one request in flight per broker: the same refusal
+/// is retried before anything later goes out, so every record is written,
+/// in order, and acked with its offset.
+#[tokio::test]
+async fn one_request_in_flight_keeps_a_refused_request_first() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
+    );
+    let mut sink = KafkaSink::new(
+        &mock.bootstrap_servers(),
+        &kafka(&[("batch.num.messages", "1"), ("linger.ms", "0")]),
+    )
+    .unwrap();
+    for id in 1..=3u64 {
+        sink.send(id, "t", Some(b"k"), Some(b"v"), NO_HEADERS, None)
+            .unwrap();
+    }
+    let mut reports = HashMap::new();
+    for _ in 0..3 {
+        let r = report(&mut sink).await;
+        reports.insert(r.id, r.result);
+    }
+    for id in 1..=3u64 {
+        assert_eq!(
+            reports[&id],
+            Ok(Delivered {
+                partition: 0,
+                offset: id as i64 - 1
+            }),
+            "{reports:?}"
+        );
+    }
 }

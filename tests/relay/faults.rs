@@ -234,8 +234,10 @@ async fn paused_broker_holds_the_slot_before_the_first_unacked_event() {
     let logs = e.dir.path().to_path_buf();
     let texts = payload_texts(pg);
     let b = &broker;
+    // Up to the message timeout (120 s) after the resume, should librdkafka
+    // wait for a metadata refresh after the broker's self-fencing.
     let v = tokio::task::block_in_place(|| {
-        verify(b, &sent, &texts, Duration::from_secs(120), true, &logs)
+        verify(b, &sent, &texts, Duration::from_secs(240), true, &logs)
     });
     eprintln!(
         "pause: held at {max_seen} < {first_unacked_end}; {} delivered, {} duplicates",

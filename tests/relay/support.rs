@@ -388,14 +388,28 @@ pub fn event_trail(dir: &Path, ids: &[&str]) -> String {
             continue;
         }
         let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let mut mentioned = false;
         for line in text.lines() {
             if ids.iter().any(|id| line.contains(id)) {
                 out.push_str(&format!("{name}: {line}\n"));
+                mentioned = true;
             }
+        }
+        if !mentioned {
+            out.push_str(&format!("{name}: (no line mentions them)\n"));
+        }
+        // And what that relay said otherwise (reconnects, errors), recent first.
+        let rest: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.contains(EVENTS_TARGET))
+            .collect();
+        out.push_str(&format!("{name}, last lines without the trail:\n"));
+        for line in &rest[rest.len().saturating_sub(40)..] {
+            out.push_str(&format!("  {line}\n"));
         }
     }
     if out.is_empty() {
-        out.push_str("(no relay log line mentions them: never read from the WAL)\n");
+        out.push_str("(no relay log)\n");
     }
     out
 }
