@@ -246,8 +246,12 @@ impl<'a> Session<'a> {
                     .map_err(SourceError::from)?;
                 m::gauge_lsn(m::CONFIRMED_LSN, s.source.stream().last_sent());
                 m::gauge_lsn(m::RECEIVED_LSN, s.source.stream().received());
-                s.filtered.update(s.source.ignored());
             }
+            // Every iteration, not only with a status update: a status update
+            // sent while a handler waits (`keep_alive`) may confirm past
+            // filtered changes, and if the session then ends they are never
+            // read, or counted, again.
+            s.filtered.update(s.source.ignored());
             s.hot.in_flight_events.set(s.tracker.in_flight() as f64);
             s.hot
                 .in_flight_bytes

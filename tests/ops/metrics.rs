@@ -93,7 +93,9 @@ async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
             "outboxd_events_filtered_total",
             "reason=\"other_prefix_message\""
         ),
-        3.0
+        3.0,
+        "relay log:\n{}",
+        log()
     );
     assert_eq!(v("outboxd_in_flight_events_limit", ""), 5000.0);
     assert_eq!(v("outboxd_in_flight_bytes_limit", ""), 64.0 * MIB);
