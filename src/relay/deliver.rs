@@ -126,19 +126,7 @@ impl Session<'_> {
         identity: EventIdentity,
         isolated: bool,
     ) -> Result<InFlight, RelayError> {
-        // The common case, a known topic, without the timer `keep_alive`
-        // sets up: this runs once per event.
-        if !self.topics.is_known(&record.topic) {
-            let confirmed = self.tracker.confirmable();
-            let interval = self.settings.config.postgres.status_interval;
-            keep_alive(
-                &mut self.source,
-                confirmed,
-                interval,
-                self.topics.ensure(&record.topic),
-            )
-            .await??;
-        }
+        self.ensure_topic(&record.topic).await?;
         let id = self.tracker.push_event(record.size);
         Ok(InFlight {
             id,
@@ -149,6 +137,28 @@ impl Session<'_> {
             isolated,
             received_at: self.received_at,
         })
+    }
+
+    /// Makes sure `topic` exists (see [`TopicManager::ensure`]), keeping the
+    /// walsender alive while the cluster is asked.
+    ///
+    /// [`TopicManager::ensure`]: crate::sink::TopicManager::ensure
+    pub(super) async fn ensure_topic(&mut self, topic: &str) -> Result<(), RelayError> {
+        // The common case, a known topic, without the timer `keep_alive`
+        // sets up: this runs once per event.
+        if self.topics.is_known(topic) {
+            return Ok(());
+        }
+        let confirmed = self.tracker.confirmable();
+        let interval = self.settings.config.postgres.status_interval;
+        keep_alive(
+            &mut self.source,
+            confirmed,
+            interval,
+            self.topics.ensure(topic),
+        )
+        .await??;
+        Ok(())
     }
 
     /// After a broker refusal, gathers the reports of the rest of the refused

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::session::{keep_alive, InFlight, Session, SessionEnd};
+use super::session::{InFlight, Session, SessionEnd};
 use super::{dead_letter, RelayError};
 use crate::config::OnError;
 use crate::metrics as m;
@@ -135,15 +135,7 @@ impl<'a> Session<'a> {
         };
         tracing::warn!(lsn = %event.commit_lsn, xid = event.xid, %error, "event sent to the dead-letter topic");
         metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => kind.to_string()).increment(1);
-        let confirmed = self.tracker.confirmable();
-        let interval = self.settings.config.postgres.status_interval;
-        keep_alive(
-            &mut self.source,
-            confirmed,
-            interval,
-            self.topics.ensure(dlq),
-        )
-        .await??;
+        self.ensure_topic(dlq).await?;
         let (id, received_at) = match stage {
             Stage::Refused {
                 id, received_at, ..

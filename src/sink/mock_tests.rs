@@ -258,6 +258,33 @@ async fn topic_manager_finds_existing_and_refuses_missing_topics() {
     }
 }
 
+/// Sends records 1, 2 and 3 (one per request) to a one-partition topic
+/// whose first produce request the broker refuses with NOT_LEADER, as one
+/// that has not taken the partition on yet; returns each record's report.
+async fn three_records_after_a_refused_request(
+    properties: &[(&str, &str)],
+) -> HashMap<u64, Result<Delivered, DeliveryFailure>> {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
+    );
+    let mut props = vec![("batch.num.messages", "1"), ("linger.ms", "0")];
+    props.extend_from_slice(properties);
+    let mut sink = KafkaSink::new(&mock.bootstrap_servers(), &kafka(&props)).unwrap();
+    for id in 1..=3u64 {
+        sink.send(id, "t", Some(b"k"), Some(b"v"), NO_HEADERS, None)
+            .unwrap();
+    }
+    let mut reports = HashMap::new();
+    for _ in 0..3 {
+        let r = report(&mut sink).await;
+        reports.insert(r.id, r.result);
+    }
+    reports
+}
+
 /// The race behind KAFKA-15591 (fixed in Kafka 4.5): the first produce
 /// request to a partition is refused with NOT_LEADER (the broker has not
 /// applied the partition yet) while the next one, with later sequence
@@ -268,33 +295,11 @@ async fn topic_manager_finds_existing_and_refuses_missing_topics() {
 /// they were never written. Such a report must not count as delivered.
 #[tokio::test]
 async fn a_record_acked_only_implicitly_is_a_transport_failure() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("t", 1, 1).unwrap();
-    mock.request_errors(
-        RDKafkaApiKey::Produce,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
-    );
-    // One record per request, pipelined (up to 5 in flight, as a user with
-    // Kafka 4.5 may allow): the second request is on its way before the
-    // first one's refusal comes back.
-    let mut sink = KafkaSink::new(
-        &mock.bootstrap_servers(),
-        &kafka(&[
-            ("batch.num.messages", "1"),
-            ("linger.ms", "0"),
-            ("max.in.flight.requests.per.connection", "5"),
-        ]),
-    )
-    .unwrap();
-    for id in 1..=3u64 {
-        sink.send(id, "t", Some(b"k"), Some(b"v"), NO_HEADERS, None)
-            .unwrap();
-    }
-    let mut reports = HashMap::new();
-    for _ in 0..3 {
-        let r = report(&mut sink).await;
-        reports.insert(r.id, r.result);
-    }
+    // Up to 5 requests in flight, as a user with Kafka 4.5 may allow: the
+    // second request is on its way before the first one's refusal is back.
+    let reports =
+        three_records_after_a_refused_request(&[("max.in.flight.requests.per.connection", "5")])
+            .await;
     // Record 1 is not in the log: the later two hold offsets 0 and 1.
     let f = reports[&1].clone().expect_err("record 1 was never written");
     assert_eq!(f.kind, FailureKind::Transport, "{f}");
@@ -320,26 +325,7 @@ async fn a_record_acked_only_implicitly_is_a_transport_failure() {
 /// in order, and acked with its offset.
 #[tokio::test]
 async fn one_request_in_flight_keeps_a_refused_request_first() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("t", 1, 1).unwrap();
-    mock.request_errors(
-        RDKafkaApiKey::Produce,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
-    );
-    let mut sink = KafkaSink::new(
-        &mock.bootstrap_servers(),
-        &kafka(&[("batch.num.messages", "1"), ("linger.ms", "0")]),
-    )
-    .unwrap();
-    for id in 1..=3u64 {
-        sink.send(id, "t", Some(b"k"), Some(b"v"), NO_HEADERS, None)
-            .unwrap();
-    }
-    let mut reports = HashMap::new();
-    for _ in 0..3 {
-        let r = report(&mut sink).await;
-        reports.insert(r.id, r.result);
-    }
+    let reports = three_records_after_a_refused_request(&[]).await;
     for id in 1..=3u64 {
         assert_eq!(
             reports[&id],

@@ -323,25 +323,9 @@ impl KafkaBroker {
     /// watermarks (nothing is ever deleted or compacted in these tests).
     /// 0 when the topic does not exist yet.
     pub fn record_count(&self, topic: &str) -> usize {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .set("group.id", "outboxd-harness-watermarks")
-            .create()
-            .expect("consumer for watermarks");
-        let Ok(meta) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else {
-            return 0;
-        };
-        let Some(t) = meta.topics().first().filter(|t| t.error().is_none()) else {
-            return 0;
-        };
-        t.partitions()
+        self.watermarks(topic)
             .iter()
-            .map(|p| {
-                consumer
-                    .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
-                    .map(|(_, high)| high.max(0) as usize)
-                    .unwrap_or(0)
-            })
+            .map(|&(_, _, high)| high.max(0) as usize)
             .sum()
     }
 
