@@ -121,13 +121,7 @@ pub fn client_config(
     for (key, value) in properties {
         config.set(key, value);
     }
-    for (key, aliases, value) in DEFAULTS {
-        let set =
-            properties.contains_key(key) || aliases.iter().any(|a| properties.contains_key(*a));
-        if !set {
-            config.set(key, value);
-        }
-    }
+    apply_defaults(&mut config, properties, |_| true);
     for (key, value) in ENFORCED {
         config.set(key, value);
     }
@@ -151,12 +145,26 @@ pub fn admin_client_config(
             config.set(key, value);
         }
     }
-    if !properties.contains_key(REBOOTSTRAP) {
-        config.set(REBOOTSTRAP, REBOOTSTRAP_AFTER_MS);
-    }
+    apply_defaults(&mut config, properties, |key| !PRODUCER_ONLY.contains(&key));
     config.set("allow.auto.create.topics", "false");
     config.set("bootstrap.servers", brokers);
     Ok(config)
+}
+
+/// Sets each of [`DEFAULTS`] that `applies` and the user set under none of
+/// its names.
+fn apply_defaults(
+    config: &mut ClientConfig,
+    properties: &BTreeMap<String, String>,
+    applies: impl Fn(&str) -> bool,
+) {
+    for (key, aliases, value) in DEFAULTS {
+        let set =
+            properties.contains_key(key) || aliases.iter().any(|a| properties.contains_key(*a));
+        if applies(key) && !set {
+            config.set(key, value);
+        }
+    }
 }
 
 fn checked_brokers(brokers: &str) -> Result<&str, SinkConfigError> {
