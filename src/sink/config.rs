@@ -31,7 +31,7 @@ pub const ENFORCED: [(&str, &str); 3] = [
 
 /// outboxd's defaults: `(property, its librdkafka aliases, value)`. A default
 /// applies only if the user set none of the names.
-pub const DEFAULTS: [(&str, &[&str], &str); 6] = [
+pub const DEFAULTS: [(&str, &[&str], &str); 5] = [
     // One produce request in flight per broker: a later request can then
     // never overtake a refused earlier one. Idempotence alone does not
     // prevent that before Kafka 4.5: a broker with no state for the producer
@@ -55,20 +55,11 @@ pub const DEFAULTS: [(&str, &[&str], &str); 6] = [
     // give up after 30 s: it reconnects and resumes from the slot, which also
     // re-resolves the brokers.
     ("message.timeout.ms", &["delivery.timeout.ms"], "30000"),
-    // A metadata answer that lists no brokers (a single broker that has just
-    // fenced itself, e.g. after a long GC pause or a freeze) makes librdkafka
-    // forget every broker it knew; it then bootstraps again only after this
-    // long (librdkafka's default: 5 minutes), and sends nothing meanwhile.
-    // 10 s recovers well inside message.timeout.ms, without a reconnect.
-    (REBOOTSTRAP, &[], REBOOTSTRAP_AFTER_MS),
     // Producer default is true: a metadata request for a missing topic makes
     // a broker with auto.create.topics.enable create it with the broker's
     // defaults. Topics are created by the TopicManager, with kafka.topic_*.
     ("allow.auto.create.topics", &[], "false"),
 ];
-
-const REBOOTSTRAP: &str = "metadata.recovery.rebootstrap.trigger.ms";
-const REBOOTSTRAP_AFTER_MS: &str = "10000";
 
 /// Producer-only librdkafka properties (`P` in librdkafka's
 /// CONFIGURATION.md), left out of the admin client's configuration.
@@ -280,22 +271,6 @@ mod tests {
         assert_eq!(c.get("message.timeout.ms"), Some("30000"));
         assert_eq!(c.get("allow.auto.create.topics"), Some("false"));
         assert_eq!(c.get("max.in.flight.requests.per.connection"), Some("1"));
-        assert_eq!(c.get(REBOOTSTRAP), Some("10000"));
-    }
-
-    #[test]
-    fn both_clients_bootstrap_again_soon_unless_told_otherwise() {
-        let admin = admin_client_config("b:9092", &BTreeMap::new()).unwrap();
-        assert_eq!(admin.get(REBOOTSTRAP), Some("10000"));
-        let p = props(&[(REBOOTSTRAP, "60000")]);
-        assert_eq!(
-            admin_client_config("b:9092", &p).unwrap().get(REBOOTSTRAP),
-            Some("60000")
-        );
-        assert_eq!(
-            client_config("b:9092", &p).unwrap().get(REBOOTSTRAP),
-            Some("60000")
-        );
     }
 
     #[test]
