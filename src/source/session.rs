@@ -34,6 +34,20 @@ pub struct SourceSettings {
     pub status_interval: Duration,
 }
 
+impl SourceSettings {
+    /// What the slot and publication checks and `ensure_*` work on.
+    pub fn target(&self) -> Target<'_> {
+        Target {
+            slot: &self.slot,
+            publication: &self.publication,
+            table_schema: &self.table_schema,
+            table_name: &self.table_name,
+            create_slot: self.create_slot,
+            create_publication: self.create_publication,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     #[error(transparent)]
@@ -98,14 +112,7 @@ impl SourceSession {
         })?;
         let client = admin::connect_sql(&s.conn).await?;
         admin::preflight(&client).await?;
-        let target = Target {
-            slot: &s.slot,
-            publication: &s.publication,
-            table_schema: &s.table_schema,
-            table_name: &s.table_name,
-            create_slot: s.create_slot,
-            create_publication: s.create_publication,
-        };
+        let target = s.target();
         admin::ensure_publication(&client, &target).await?;
         let slot = admin::ensure_slot(&client, &target).await?;
         let wal_sender_timeout = admin::wal_sender_timeout(&client).await?;

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::{shared, KafkaBroker};
-use crate::relay::support::{aggregates, env, payload_texts, verify, wait_for, write, Relay};
+use crate::relay::support::{
+    aggregates, env, lsn_now, payload_texts, verify, wait_for, write, Relay,
+};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -124,9 +126,9 @@ async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
     // grows and /readyz fails within the stall threshold.
     broker.pause();
     let paused_at = Instant::now();
-    let wal_before = wal_now(&e.pg);
+    let wal_before = lsn_now(&e.pg);
     sent.extend(write(&mut client, "opsmetrics", &aggs, 200, &[20], 0).await);
-    let wal_after = wal_now(&e.pg);
+    let wal_after = lsn_now(&e.pg);
     tokio::task::block_in_place(|| {
         wait_for("events in flight", Duration::from_secs(10), || {
             Scrape::take(port).value("outboxd_in_flight_events", "") > 0.0
@@ -236,13 +238,6 @@ async fn endpoint_defaults_no_debezium_aliases_and_plain_http_answers() {
     assert!(body.contains("# TYPE outboxd_wal_receive_to_ack_seconds histogram"));
     assert!(body.contains("# HELP outboxd_slot_lag_bytes"));
     assert_eq!(get(port, "/nope").map(|r| r.0), Some(404));
-}
-
-fn wal_now(pg: &crate::harness::pg::PgCluster) -> outboxd::Lsn {
-    pg.psql("app", "SELECT pg_current_wal_lsn()")
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 fn tail(s: &str, n: usize) -> String {

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use super::support::{
-    aggregates, confirmed_lsn, env, payload_texts, verify, wait_for, Env, Relay, Sent,
+    aggregates, confirmed_lsn, env, lsn_now, payload_texts, verify, wait_for, Env, Relay, Sent,
 };
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::KafkaBroker;
@@ -17,13 +17,6 @@ use crate::harness::pg::PgCluster;
 /// Short, so that holding the walsender for four times as long proves the
 /// relay's status updates keep it alive while it reads nothing.
 const WAL_SENDER_TIMEOUT_S: u64 = 3;
-
-fn lsn_now(pg: &PgCluster) -> outboxd::Lsn {
-    pg.psql("app", "SELECT pg_current_wal_lsn()")
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 fn walsender_pid(pg: &PgCluster, slot: &str) -> String {
     pg.psql(

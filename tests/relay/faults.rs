@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use super::support::{aggregates, confirmed_lsn, env, payload_texts, verify, wait_for, Relay};
+use super::support::{
+    aggregates, confirmed_lsn, env, lsn_now, payload_texts, verify, wait_for, Relay,
+};
 use crate::harness::kafka::{shared, KafkaBroker};
 
 /// Starts `n` events from two writers in the background.
@@ -250,13 +252,6 @@ async fn paused_broker_holds_the_slot_before_the_first_unacked_event() {
             || confirmed_lsn(pg, "pause") >= first_unacked_end,
         )
     });
-}
-
-fn lsn_now(pg: &crate::harness::pg::PgCluster) -> outboxd::Lsn {
-    pg.psql("app", "SELECT pg_current_wal_lsn()")
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 /// End LSN of the first transaction with an outbox insert committed after

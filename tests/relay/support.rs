@@ -379,15 +379,7 @@ pub fn verify(
 /// that mention one of `ids`: whether each was sent and acked, and where.
 pub fn event_trail(dir: &Path, ids: &[&str]) -> String {
     let mut out = String::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        if !(name.starts_with("relay-") && name.ends_with(".log")) {
-            continue;
-        }
-        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+    for (name, text) in relay_logs(dir) {
         let mut mentioned = false;
         for line in text.lines() {
             if ids.iter().any(|id| line.contains(id)) {
@@ -414,16 +406,28 @@ pub fn event_trail(dir: &Path, ids: &[&str]) -> String {
     out
 }
 
+/// (file name, text) of every relay log (`relay-*.log`) in `dir`.
+fn relay_logs(dir: &Path) -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().to_string();
+            (name.starts_with("relay-") && name.ends_with(".log")).then(|| {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                (name, text)
+            })
+        })
+        .collect()
+}
+
 /// The `acked` lines of the relays' per-event trail (every `relay-*.log`
 /// in `dir`): event id → every (partition, offset) Kafka reported for it.
 pub fn acked_positions(dir: &Path) -> HashMap<String, Vec<(i32, i64)>> {
     let mut out: HashMap<String, Vec<(i32, i64)>> = HashMap::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        if !(name.starts_with("relay-") && name.ends_with(".log")) {
-            continue;
-        }
-        let text = std::fs::read_to_string(entry.path()).unwrap();
+    for (_, text) in relay_logs(dir) {
         for line in text.lines() {
             if !(line.contains(EVENTS_TARGET) && line.contains(" acked ")) {
                 continue;
@@ -450,6 +454,14 @@ pub fn payload_texts(pg: &PgCluster) -> HashMap<String, String> {
         .filter_map(|l| l.split_once('\t'))
         .map(|(id, p)| (id.to_string(), p.to_string()))
         .collect()
+}
+
+/// The server's current WAL position.
+pub fn lsn_now(pg: &PgCluster) -> outboxd::Lsn {
+    pg.psql("app", "SELECT pg_current_wal_lsn()")
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 pub fn confirmed_lsn(pg: &PgCluster, slot: &str) -> outboxd::Lsn {

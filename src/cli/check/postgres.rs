@@ -54,14 +54,7 @@ async fn gather(client: &tokio_postgres::Client, t: &Target<'_>) -> Result<Facts
 }
 
 pub async fn check(cfg: &Config, s: &SourceSettings) -> Vec<Line> {
-    let t = Target {
-        slot: &s.slot,
-        publication: &s.publication,
-        table_schema: &s.table_schema,
-        table_name: &s.table_name,
-        create_slot: s.create_slot,
-        create_publication: s.create_publication,
-    };
+    let t = s.target();
     let facts = match admin::connect_sql(&s.conn).await {
         Ok(client) => gather(&client, &t).await,
         Err(e) => Err(e),
