@@ -11,6 +11,10 @@ started=$SECONDS
 
 scripts/setup.sh
 
+# The Helm chart's tools (helm is built from source once, then cached):
+# fetched before the tests so the build does not compete with them.
+scripts/helm.sh fetch >/dev/null
+
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings

@@ -2,6 +2,7 @@
 //! Prometheus dashboards and alert rules, against real servers.
 
 mod check;
+mod helm;
 mod logs;
 mod metrics;
 mod prometheus;
