@@ -17,19 +17,19 @@ pub const HEADER_XID: &str = "outboxd.source.xid";
 pub const HEADER_VALUE_SIZE: &str = "outboxd.original.value_size";
 
 /// The DLQ copy of a record that Kafka refused (e.g. too large): same key,
-/// value and headers, plus the error.
+/// value and headers, plus the error. Refused for its size (`too_large`), it
+/// would be refused on the DLQ topic too: it goes without its value, and a
+/// header says how big the value was.
 pub fn from_record(
     record: &KafkaRecord,
     dlq_topic: &Arc<str>,
     event: &OutboxEvent,
     kind: &str,
     error: &str,
+    too_large: bool,
 ) -> KafkaRecord {
     let mut headers = record.headers.clone();
     headers.extend(error_headers(kind, error, Some(&record.topic), event));
-    // A record refused for its size would be refused on the DLQ topic too:
-    // send its metadata and say how big the value was.
-    let too_large = error.contains("MessageSizeTooLarge") || error.contains("MsgSizeTooLarge");
     let value = if too_large {
         let len = record.value.as_ref().map_or(0, |v| v.len());
         headers.push((Arc::from(HEADER_VALUE_SIZE), Bytes::from(len.to_string())));

@@ -172,6 +172,13 @@ impl KafkaSink {
         }
     }
 
+    /// Fails everything still queued (reports come back as `PurgeQueue`),
+    /// leaving the requests already sent to their real outcome.
+    pub fn purge_queued(&self) {
+        self.producer
+            .purge(PurgeConfig::default().queue().non_blocking());
+    }
+
     /// Fails everything queued and in flight: their reports come back as
     /// `PurgeQueue` / `PurgeInflight` (`Transport`). For abandoning a
     /// producer after a transport failure without waiting for timeouts.
