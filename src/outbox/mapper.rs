@@ -121,6 +121,45 @@ impl RecordMapper {
         }
     }
 
+    /// The event's key and id as [`map`](Self::map) would send them, for an
+    /// event it could not map: whichever of the two the event has (not NULL,
+    /// present, and for a message, a JSON object), so a dead-letter copy can
+    /// still be found by key and deduplicated by id.
+    pub fn key_and_id(&self, event: &OutboxEvent) -> (Option<Bytes>, Option<Bytes>) {
+        let (key, id) = (self.plan.key, self.plan.id);
+        let text = |f: &Fields<'_>, slot: usize| match f.get(slot) {
+            Some(ColumnValue::Text(b)) => Some(b.clone()),
+            _ => None,
+        };
+        match &event.kind {
+            EventKind::Row(row) => {
+                let layout = self.plan.layout(&row.table);
+                let decoded;
+                let row = match decode_bytea(row, &layout.bytea) {
+                    Ok(d) => {
+                        decoded = d;
+                        &decoded
+                    }
+                    Err(_) => row,
+                };
+                let f = Fields::row(&self.plan.columns, row, &layout.index);
+                (text(&f, key), text(&f, id))
+            }
+            EventKind::Message { content, .. } => {
+                let Ok(values) = message::values(
+                    content,
+                    &self.plan.columns,
+                    self.plan.payload,
+                    self.plan.headers.column(),
+                ) else {
+                    return (None, None);
+                };
+                let f = Fields::message(&self.plan.columns, &values);
+                (text(&f, key), text(&f, id))
+            }
+        }
+    }
+
     /// Which template a rule or the default gives these values: `Some(i)` for
     /// `routing.rules[i]`, `None` for `routing.topic`. The same choice as
     /// [`RoutingConfig::topic_template_for`].

@@ -243,6 +243,10 @@ fn bytea_columns_give_their_bytes_and_the_rest_stays_shared() {
     );
     let err = default_mapper().map(&bad).unwrap_err();
     assert!(err.to_string().contains("aggregate_id"), "{err}");
+    // key_and_id still finds them, for the dead-letter copy.
+    let (key, id) = default_mapper().key_and_id(&e);
+    assert_eq!(key.as_deref(), Some(&b"\xde\xad\xbe\xef"[..]));
+    assert_eq!(id.as_deref(), Some(EVENT_ID.as_bytes()));
 }
 
 #[test]

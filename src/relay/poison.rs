@@ -165,7 +165,10 @@ impl<'a> Session<'a> {
             return Ok(None);
         };
         let dlq_record = match &stage {
-            Stage::Unmapped => dead_letter::from_unmappable(&event, dlq, error),
+            Stage::Unmapped => {
+                let (key, id) = self.mapper.key_and_id(&event);
+                dead_letter::from_unmappable(&event, dlq, error, key, id)
+            }
             Stage::Mapped(record) | Stage::Refused { record, .. } => {
                 let too_large = matches!(&cause, Cause::Refused(r) if r.too_large());
                 dead_letter::from_record(record, dlq, &event, cause.label(), error, too_large)

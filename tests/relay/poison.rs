@@ -334,3 +334,38 @@ async fn refused_records_in_a_stream_are_dead_lettered_without_reconnects() {
         "took {took:?} after the last write"
     );
 }
+
+/// Issue 9, point 8: a row that cannot be mapped (its aggregate type makes
+/// an invalid topic name) still reaches the DLQ with its key and `id`
+/// header, and the raw row as JSON; the relay goes on.
+#[test]
+fn unmappable_row_is_dead_lettered_with_its_key_id_and_row() {
+    let broker = shared();
+    let extra = "[relay]\non_error = \"dead_letter\"\ndead_letter_topic = \"poisonrow.dlq\"\n";
+    let e = env(broker.bootstrap(), "poisonrow", extra);
+    let relay = Relay::start(&e);
+    let id = "00000000-0000-4000-8000-0000000000aa";
+    e.pg.psql(
+        "app",
+        &format!(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('{id}', 'no/such topic', 'agg-7', 'broken', '{{\"n\": 1}}'); \
+             INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('p', 'agg-7', 'fine', '{{\"n\": 2}}')"
+        ),
+    );
+    let good = broker.consume_all("poisonrow.p", 1, Duration::from_secs(60));
+    assert_eq!(small_numbers(&good), vec![2], "{}", relay.log());
+    let dlq = broker.consume_all("poisonrow.dlq", 1, Duration::from_secs(60));
+    assert_eq!(dlq.len(), 1, "{}", relay.log());
+    let r = &dlq[0];
+    assert_eq!(r.key_str(), Some("agg-7"));
+    assert_eq!(r.header("id"), Some(id.as_bytes()));
+    assert_eq!(r.header("outboxd.error.kind"), Some(&b"mapping"[..]));
+    let row: serde_json::Value = serde_json::from_str(r.value_str().unwrap()).unwrap();
+    assert_eq!(row["id"], id);
+    assert_eq!(row["aggregate_type"], "no/such topic");
+    assert_eq!(row["aggregate_id"], "agg-7");
+    assert_eq!(row["payload"], "{\"n\": 1}");
+    assert_eq!(row["headers"], serde_json::Value::Null);
+}
