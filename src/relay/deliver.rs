@@ -47,6 +47,9 @@ pub(super) fn new_sink(settings: &RelaySettings) -> Result<KafkaSink, RelayError
     let stats = metrics_on.then(|| m::kafka::stats_hook(Arc::clone(health)));
     let sink = KafkaSink::with_stats(&settings.brokers, &settings.config.kafka, stats)?;
     health.new_producer();
+    // Ready as soon as a broker answers, not at the first statistics or ack.
+    let health = Arc::clone(health);
+    sink.when_connected(move || health.kafka_broker_up());
     Ok(sink)
 }
 

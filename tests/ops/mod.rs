@@ -5,3 +5,4 @@ mod check;
 mod logs;
 mod metrics;
 mod prometheus;
+mod readiness;
