@@ -113,8 +113,8 @@ impl Health {
         }
     }
 
-    /// Kafka acknowledged a record, or a fresh producer's statistics show a
-    /// broker connection.
+    /// Kafka acknowledged a record, or a fresh producer reached a broker (its
+    /// first metadata answer, or its statistics show a connection).
     pub fn kafka_up(&self) {
         // The hot path (every ack) is one load.
         if self.kafka.load(Relaxed) {
@@ -140,8 +140,9 @@ impl Health {
         self.kafka_failed.store(false, Relaxed);
     }
 
-    /// From librdkafka statistics: some broker connection is up. Only ever
-    /// marks Kafka up: brokers close idle connections, which is no outage.
+    /// From librdkafka statistics, or a new producer's first metadata
+    /// answer: some broker connection is up. Only ever marks Kafka up:
+    /// brokers close idle connections, which is no outage.
     pub fn kafka_broker_up(&self) {
         if !self.kafka_failed.load(Relaxed) {
             self.kafka_up();

@@ -73,6 +73,14 @@ pub enum MappingError {
     )]
     UnavailableValue { column: String },
 
+    /// A `bytea` column whose text is not PostgreSQL's output for a bytea
+    /// (only a bug on the way could do that).
+    #[error(
+        "column `{column}` is a bytea but its value `{value}` is not PostgreSQL's text form \
+         of one (hex `\\x…` or escape)"
+    )]
+    InvalidBytea { column: String, value: String },
+
     #[error(
         "column `{column}` ({role}) is not valid UTF-8, so routing.rules cannot match it; \
          use a UTF8 database encoding"

@@ -27,12 +27,13 @@ use bytes::Bytes;
 
 use crate::config::outbox::ColumnsConfig;
 use crate::config::routing::{RoutingConfig, ValueFormat};
+use crate::outbox::bytea;
 use crate::outbox::envelope::{write_envelope, EnvelopeFields};
 use crate::outbox::error::{
     quote, AGGREGATE_TYPE_SETTING, EVENT_TYPE_SETTING, ID_SETTING, KEY_SETTING, PAYLOAD_SETTING,
     TIMESTAMP_SETTING,
 };
-use crate::outbox::event::{ColumnValue, EventKind, OutboxEvent, TableInfo};
+use crate::outbox::event::{ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
 use crate::outbox::fields::Fields;
 use crate::outbox::headers::{HeaderNames, HeaderPlan};
 use crate::outbox::message;
@@ -87,6 +88,14 @@ impl RecordMapper {
                     self.layout = Some(self.plan.layout(&row.table));
                 }
                 let layout = self.layout.as_ref().expect("layout set above");
+                // Only tables with a bytea column in use pay for a copy.
+                let decoded;
+                let row = if layout.bytea.is_empty() {
+                    row
+                } else {
+                    decoded = decode_bytea(row, &layout.bytea)?;
+                    &decoded
+                };
                 let fields = Fields::row(&self.plan.columns, row, &layout.index);
                 self.plan.map(
                     &mut self.state,
@@ -108,6 +117,45 @@ impl RecordMapper {
                     true,
                     event.commit_time_us,
                 )
+            }
+        }
+    }
+
+    /// The event's key and id as [`map`](Self::map) would send them, for an
+    /// event it could not map: whichever of the two the event has (not NULL,
+    /// present, and for a message, a JSON object), so a dead-letter copy can
+    /// still be found by key and deduplicated by id.
+    pub fn key_and_id(&self, event: &OutboxEvent) -> (Option<Bytes>, Option<Bytes>) {
+        let (key, id) = (self.plan.key, self.plan.id);
+        let text = |f: &Fields<'_>, slot: usize| match f.get(slot) {
+            Some(ColumnValue::Text(b)) => Some(b.clone()),
+            _ => None,
+        };
+        match &event.kind {
+            EventKind::Row(row) => {
+                let layout = self.plan.layout(&row.table);
+                let decoded;
+                let row = match decode_bytea(row, &layout.bytea) {
+                    Ok(d) => {
+                        decoded = d;
+                        &decoded
+                    }
+                    Err(_) => row,
+                };
+                let f = Fields::row(&self.plan.columns, row, &layout.index);
+                (text(&f, key), text(&f, id))
+            }
+            EventKind::Message { content, .. } => {
+                let Ok(values) = message::values(
+                    content,
+                    &self.plan.columns,
+                    self.plan.payload,
+                    self.plan.headers.column(),
+                ) else {
+                    return (None, None);
+                };
+                let f = Fields::message(&self.plan.columns, &values);
+                (text(&f, key), text(&f, id))
             }
         }
     }
@@ -140,6 +188,27 @@ struct Layout {
     /// Slot -> position in the row.
     index: Vec<Option<usize>>,
     payload_is_json: bool,
+    /// Positions in the row of the `bytea` columns the mapper reads.
+    bytea: Vec<usize>,
+}
+
+/// The row with the `bytea` values at `positions` turned from their text
+/// form into their bytes; every other value is shared, not copied.
+fn decode_bytea(row: &Row, positions: &[usize]) -> Result<Row, MappingError> {
+    let mut values = row.values.clone();
+    for &i in positions {
+        if let Some(ColumnValue::Text(text)) = values.get(i) {
+            let bytes = bytea::decode(text).ok_or_else(|| MappingError::InvalidBytea {
+                column: row.table.columns[i].name.clone(),
+                value: quote(text),
+            })?;
+            values[i] = ColumnValue::Text(bytes);
+        }
+    }
+    Ok(Row {
+        table: Arc::clone(&row.table),
+        values,
+    })
 }
 
 /// The config, compiled.
@@ -225,10 +294,19 @@ impl Plan {
         let payload_is_json = index[self.payload]
             .and_then(|i| table.columns.get(i))
             .is_some_and(|c| matches!(c.type_oid, JSON_TYPE_OID | JSONB_TYPE_OID));
+        let mut bytea: Vec<usize> = index
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&i| table.columns[i].type_oid == bytea::BYTEA_TYPE_OID)
+            .collect();
+        bytea.sort_unstable();
+        bytea.dedup();
         Layout {
             table: table.clone(),
             index,
             payload_is_json,
+            bytea,
         }
     }
 

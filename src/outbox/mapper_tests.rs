@@ -20,6 +20,7 @@ const JSON: u32 = 114;
 const TIMESTAMPTZ: u32 = 1184;
 const INT4: u32 = 23;
 const INT8: u32 = 20;
+const BYTEA: u32 = 17;
 
 /// 2026-11-30 02:04:20 UTC, in microseconds.
 const COMMIT_US: i64 = 1_796_004_260_123_456;
@@ -195,6 +196,57 @@ fn payload_mode_passes_bytes_through_without_copying() {
     for (name, v) in &r.headers {
         assert!(points_into(v, &frame), "header {name} was copied");
     }
+}
+
+#[test]
+fn bytea_columns_give_their_bytes_and_the_rest_stays_shared() {
+    let t = table(&[
+        ("id", UUID),
+        ("aggregate_type", TEXT),
+        ("aggregate_id", BYTEA),
+        ("event_type", TEXT),
+        ("payload", BYTEA),
+    ]);
+    let (e, frame) = row_with_frame(
+        &t,
+        &[
+            Some(EVENT_ID),
+            Some("order"),
+            Some("\\xdeadbeef"),
+            Some("order.created"),
+            Some("\\x00ff7b7d"),
+        ],
+    );
+    let r = default_mapper().map(&e).unwrap();
+    assert_eq!(r.key.as_deref(), Some(&b"\xde\xad\xbe\xef"[..]));
+    assert_eq!(r.value.as_deref(), Some(&b"\x00\xff{}"[..]));
+    assert_eq!(
+        r.size,
+        4 + 4
+            + r.headers
+                .iter()
+                .map(|(n, v)| n.len() + v.len())
+                .sum::<usize>()
+    );
+    // Only the bytea values are new buffers.
+    assert!(points_into(r.event_id.as_ref().unwrap(), &frame));
+    // A value that is no bytea text is a mapping error naming the column.
+    let bad = row(
+        &t,
+        &[
+            Some(EVENT_ID),
+            Some("order"),
+            Some("\\xzz"),
+            Some("order.created"),
+            Some("\\x"),
+        ],
+    );
+    let err = default_mapper().map(&bad).unwrap_err();
+    assert!(err.to_string().contains("aggregate_id"), "{err}");
+    // key_and_id still finds them, for the dead-letter copy.
+    let (key, id) = default_mapper().key_and_id(&e);
+    assert_eq!(key.as_deref(), Some(&b"\xde\xad\xbe\xef"[..]));
+    assert_eq!(id.as_deref(), Some(EVENT_ID.as_bytes()));
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::outbox::mapper::ID_HEADER;
 use crate::outbox::{EventKind, KafkaRecord, OutboxEvent};
 
 /// Header names on dead-lettered records.
@@ -17,19 +18,19 @@ pub const HEADER_XID: &str = "outboxd.source.xid";
 pub const HEADER_VALUE_SIZE: &str = "outboxd.original.value_size";
 
 /// The DLQ copy of a record that Kafka refused (e.g. too large): same key,
-/// value and headers, plus the error.
+/// value and headers, plus the error. Refused for its size (`too_large`), it
+/// would be refused on the DLQ topic too: it goes without its value, and a
+/// header says how big the value was.
 pub fn from_record(
     record: &KafkaRecord,
     dlq_topic: &Arc<str>,
     event: &OutboxEvent,
     kind: &str,
     error: &str,
+    too_large: bool,
 ) -> KafkaRecord {
     let mut headers = record.headers.clone();
     headers.extend(error_headers(kind, error, Some(&record.topic), event));
-    // A record refused for its size would be refused on the DLQ topic too:
-    // send its metadata and say how big the value was.
-    let too_large = error.contains("MessageSizeTooLarge") || error.contains("MsgSizeTooLarge");
     let value = if too_large {
         let len = record.value.as_ref().map_or(0, |v| v.len());
         headers.push((Arc::from(HEADER_VALUE_SIZE), Bytes::from(len.to_string())));
@@ -49,8 +50,16 @@ pub fn from_record(
 }
 
 /// The DLQ record for an event that could not even be mapped: the raw row as
-/// JSON (column → text) or the raw message content.
-pub fn from_unmappable(event: &OutboxEvent, dlq_topic: &Arc<str>, error: &str) -> KafkaRecord {
+/// JSON (column → text, NULL as null) or the raw message content, keyed and
+/// with an `id` header when the event has a key and an id (see
+/// [`RecordMapper::key_and_id`](crate::outbox::RecordMapper::key_and_id)).
+pub fn from_unmappable(
+    event: &OutboxEvent,
+    dlq_topic: &Arc<str>,
+    error: &str,
+    key: Option<Bytes>,
+    id: Option<Bytes>,
+) -> KafkaRecord {
     let value: Bytes = match &event.kind {
         EventKind::Row(row) => {
             let mut obj = serde_json::Map::new();
@@ -65,19 +74,20 @@ pub fn from_unmappable(event: &OutboxEvent, dlq_topic: &Arc<str>, error: &str) -
         }
         EventKind::Message { content, .. } => content.clone(),
     };
-    let headers = error_headers("mapping", error, None, event);
-    let size = value.len()
-        + headers
-            .iter()
-            .map(|(k, v)| k.len() + v.len())
-            .sum::<usize>();
+    let mut headers = Vec::new();
+    if let Some(id) = &id {
+        headers.push((Arc::from(ID_HEADER), id.clone()));
+    }
+    headers.extend(error_headers("mapping", error, None, event));
+    let value = Some(value);
+    let size = KafkaRecord::compute_size(key.as_ref(), value.as_ref(), &headers);
     KafkaRecord {
         topic: Arc::clone(dlq_topic),
-        key: None,
-        value: Some(value),
+        key,
+        value,
         headers,
         timestamp_ms: Some(event.commit_time_us / 1000),
-        event_id: None,
+        event_id: id,
         size,
     }
 }

@@ -3,23 +3,81 @@
 //!
 //! An event normally goes straight out ([`Session::send`]); a suspect from
 //! [`PoisonMemory`](super::poison::PoisonMemory) goes out alone
-//! ([`Session::send_isolated`]); confirmed poison goes to the `on_error`
+//! ([`Session::trial`]); confirmed poison goes to the `on_error`
 //! policy instead ([`Session::poisoned`]).
+//!
+//! A record the broker refuses (too large for its topic, not authorised) is
+//! no Kafka outage, but it ends its producer: with the gapless guarantee
+//! librdkafka turns the refusal into a fatal error. So the session keeps its
+//! replication stream and takes back what that producer held
+//! ([`Session::take_back`]: acks stay acks, everything else waits in
+//! [`Session::resend`]), starts a fresh producer at once (no backoff, no
+//! reconnect) and sends the taken-back records again in WAL order, each
+//! refused one alone, before anything newer ([`Session::resend_pending`]).
+//! Per-key order holds: within a partition the broker accepts nothing after
+//! a refused batch (the sequence numbers would have a gap), so what comes
+//! back is a suffix of each partition, sent again in order. Duplicates are
+//! bounded by the records in flight.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::poison::{EventIdentity, Stage, Verdict};
+use rdkafka::types::RDKafkaErrorCode;
+use tokio::time::Instant;
+
+use super::poison::{Cause, EventIdentity, Refusal, Stage, Verdict};
 use super::session::{keep_alive, InFlight, Session, SessionEnd};
-use super::RelayError;
+use super::{RelayError, RelaySettings};
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent};
-use crate::sink::{DeliveryReport, FailureKind, SendError};
+use crate::sink::{Delivered, DeliveryFailure, DeliveryReport, FailureKind, KafkaSink, SendError};
 use crate::source::transactions::SourceItem;
 
-/// How long to wait for the rest of a refused batch's reports. librdkafka
-/// reports a failed batch in one go; this only covers scheduling delays.
-const BATCH_MATE_WAIT: Duration = Duration::from_millis(500);
+/// How long [`Session::take_back`] waits for the reports of the records
+/// still in flight, first with only the queue purged (their real outcome
+/// spares duplicates), then once more after purging them too.
+const TAKE_BACK_WAIT: Duration = Duration::from_secs(5);
+
+/// A producer for the session: delivery reports on its channel, statistics
+/// to the health endpoint when there is one.
+pub(super) fn new_sink(settings: &RelaySettings) -> Result<KafkaSink, RelayError> {
+    let health = &settings.health;
+    // Statistics feed only the endpoint's gauges: none without one.
+    let metrics_on = settings.config.metrics.listen.is_some();
+    let stats = metrics_on.then(|| m::kafka::stats_hook(Arc::clone(health)));
+    let sink = KafkaSink::with_stats(&settings.brokers, &settings.config.kafka, stats)?;
+    health.new_producer();
+    // Ready as soon as a broker answers, not at the first statistics or ack.
+    let health = Arc::clone(health);
+    sink.when_connected(move || health.kafka_broker_up());
+    Ok(sink)
+}
+
+/// Failures that follow from the producer's end rather than from Kafka being
+/// unreachable: the fatal error itself, records purged from it, and
+/// implicit acks (sent again anyway). Anything else is an outage.
+fn ends_with_the_producer(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::Fatal
+            | C::GaplessGuarantee
+            | C::PurgeQueue
+            | C::PurgeInflight
+            | C::OutOfOrderSequenceNumber
+            | C::Inconsistent
+    )
+}
+
+/// What [`Session::take_back`] found among the last reports of a producer.
+#[derive(Default)]
+struct TakenBack {
+    /// The broker refused a record (so the producer's end is explained).
+    refused: bool,
+    /// A failure that does mean Kafka is unreachable, or reports that never
+    /// came: the session has to reconnect after all.
+    outage: Option<String>,
+}
 
 /// Log target of the per-event audit trail: one TRACE line when an event is
 /// handed to the producer and one when Kafka acknowledges it (with partition
@@ -64,14 +122,14 @@ impl Session<'_> {
                 let record = match self.mapper.map(&event) {
                     Ok(record) => record,
                     Err(e) => {
-                        return self
-                            .poisoned(event, identity, Stage::Unmapped, "mapping", &e.to_string())
-                            .await
+                        let cause = Cause::Mapping(e.to_string());
+                        return self.poisoned(event, identity, Stage::Unmapped, cause).await;
                     }
                 };
                 match self.poison.verdict(&identity) {
-                    Some(Verdict::Confirmed(error)) => {
-                        self.poisoned(event, identity, Stage::Mapped(record), "delivery", &error)
+                    Some(Verdict::Confirmed(refusal)) => {
+                        let cause = Cause::Refused(refusal);
+                        self.poisoned(event, identity, Stage::Mapped(record), cause)
                             .await
                     }
                     Some(Verdict::Suspect) => self.send_isolated(event, record, identity).await,
@@ -91,30 +149,75 @@ impl Session<'_> {
         self.enqueue(entry).await
     }
 
-    /// Sends a suspect alone: waits until nothing else is in flight, sends
-    /// it, and waits for its report before reading on.
+    /// Sends a suspect alone (see [`Session::trial`]).
     async fn send_isolated(
         &mut self,
         event: OutboxEvent,
         record: KafkaRecord,
         identity: EventIdentity,
     ) -> Result<Option<SessionEnd>, RelayError> {
+        let entry = self.admit(event, record, identity, true).await?;
+        self.trial(entry).await
+    }
+
+    /// Sends a suspect alone: waits until nothing else is in flight, sends
+    /// it, and waits for its report before going on. Acked, it is acquitted
+    /// (it was a batch-mate of the real culprit, see [`Session::on_report`]);
+    /// refused alone, it is poison for certain.
+    async fn trial(&mut self, mut entry: InFlight) -> Result<Option<SessionEnd>, RelayError> {
         if let Some(end) = self.drain_reports(|s| s.in_flight.is_empty()).await? {
             return Ok(Some(end));
         }
-        let entry = self.admit(event, record, identity, true).await?;
+        entry.isolated = true;
         let key = entry.id.get();
         if let Some(end) = self.enqueue(entry).await? {
             return Ok(Some(end));
         }
-        let end = self
-            .drain_reports(|s| !s.in_flight.contains_key(&key))
-            .await?;
-        if end.is_none() && self.halted.is_none() {
-            // Delivered alone: it was a batch-mate of the real culprit.
-            self.poison.acquit(&identity);
+        self.drain_reports(|s| !s.in_flight.contains_key(&key))
+            .await
+    }
+
+    /// Sends the records taken back from an ended producer, in WAL order:
+    /// confirmed poison to the `on_error` policy, suspects alone, the rest as
+    /// usual. A refusal meanwhile adds what was in flight back here; the
+    /// lowest id always goes first.
+    pub(super) async fn resend_pending(&mut self) -> Result<Option<SessionEnd>, RelayError> {
+        while self.halted.is_none() {
+            let Some((_, entry)) = self.resend.pop_first() else {
+                break;
+            };
+            // A DLQ copy carries its original's identity: it is sent as it is.
+            let verdict = if entry.dead_lettered {
+                None
+            } else {
+                self.poison.verdict(&entry.identity)
+            };
+            let end = match verdict {
+                Some(Verdict::Confirmed(refusal)) => {
+                    let InFlight {
+                        id,
+                        record,
+                        event,
+                        identity,
+                        received_at,
+                        ..
+                    } = entry;
+                    let stage = Stage::Refused {
+                        record,
+                        id,
+                        received_at,
+                    };
+                    self.poisoned(event, identity, stage, Cause::Refused(refusal))
+                        .await?
+                }
+                Some(Verdict::Suspect) => self.trial(entry).await?,
+                None => self.enqueue(entry).await?,
+            };
+            if end.is_some() {
+                return Ok(end);
+            }
         }
-        Ok(end)
+        Ok(None)
     }
 
     /// Makes sure the record's topic exists, then gives the event its slot
@@ -161,27 +264,6 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// After a broker refusal, gathers the reports of the rest of the refused
-    /// batch (they arrive together) so every refused event becomes a suspect
-    /// now, rather than one per reconnect.
-    async fn collect_batch_mates(&mut self) {
-        while !self.in_flight.is_empty() {
-            let report = match tokio::time::timeout(BATCH_MATE_WAIT, self.sink.next_report()).await
-            {
-                Ok(Some(report)) => report,
-                Ok(None) | Err(_) => return,
-            };
-            let Some(entry) = self.in_flight.remove(&report.id) else {
-                continue;
-            };
-            if let Err(failure) = report.result {
-                if failure.kind == FailureKind::PerEvent && !entry.dead_lettered {
-                    self.poison.suspect(entry.identity);
-                }
-            }
-        }
-    }
-
     /// The next delivery report, however long Kafka takes (e.g. a hung
     /// broker), with the walsender kept alive meanwhile.
     async fn next_report_keeping_alive(&mut self) -> Result<Option<DeliveryReport>, RelayError> {
@@ -213,11 +295,21 @@ impl Session<'_> {
     }
 
     /// Hands one record to the producer, waiting out a full local queue.
+    /// While records taken back from an ended producer wait with lower ids,
+    /// it joins them instead: order within a partition is send order.
     pub(super) async fn enqueue(
         &mut self,
         entry: InFlight,
     ) -> Result<Option<SessionEnd>, RelayError> {
         loop {
+            if self
+                .resend
+                .first_key_value()
+                .is_some_and(|(&first, _)| first < entry.id.get())
+            {
+                self.resend.insert(entry.id.get(), entry);
+                return Ok(None);
+            }
             let r = &entry.record;
             match self.sink.send(
                 entry.id.get(),
@@ -254,11 +346,14 @@ impl Session<'_> {
                     // librdkafka refused this record alone (e.g. above the
                     // producer's message.max.bytes): poison for certain,
                     // and the producer stays healthy.
-                    let error = format!("{message} ({code:?})");
+                    let refusal = Refusal {
+                        code,
+                        error: format!("{message} ({code:?})"),
+                    };
                     self.poison
-                        .judge(entry.identity, Verdict::Confirmed(error.clone()));
+                        .judge(entry.identity, Verdict::Confirmed(refusal.clone()));
                     if entry.dead_lettered {
-                        self.dead_letter_refused(entry, &error);
+                        self.dead_letter_refused(entry, &refusal.error);
                         return Ok(None);
                     }
                     // The tracker slot stays; the DLQ copy (or nothing, when
@@ -277,14 +372,131 @@ impl Session<'_> {
                         received_at,
                     };
                     return self
-                        .poisoned(event, identity, stage, "delivery", &error)
+                        .poisoned(event, identity, stage, Cause::Refused(refusal))
                         .await;
+                }
+                Err(SendError::Rejected { code, message, .. }) if ends_with_the_producer(code) => {
+                    // The producer died, most likely of a refusal whose
+                    // report is still on its way: take back what it held.
+                    self.hold_for_resend(entry);
+                    return self.replace_producer(false, &message).await;
                 }
                 Err(e) => {
                     let cause = format!("delivery failed: {e}");
                     self.settings.health.kafka_down(&cause);
                     return Ok(Some(SessionEnd::Reconnect(cause)));
                 }
+            }
+        }
+    }
+
+    /// Keeps a record to send again on the next producer.
+    pub(super) fn hold_for_resend(&mut self, mut entry: InFlight) {
+        entry.isolated = false;
+        self.resend.insert(entry.id.get(), entry);
+    }
+
+    /// After a refusal (`refused`) or the producer's fatal error: takes back
+    /// what the producer held and replaces it, keeping the stream. Falls back
+    /// to a reconnect when Kafka turns out to be unreachable too, or when a
+    /// fatal error is not explained by a refusal (`cause`).
+    async fn replace_producer(
+        &mut self,
+        refused: bool,
+        cause: &str,
+    ) -> Result<Option<SessionEnd>, RelayError> {
+        let found = self.take_back().await?;
+        if let Some(outage) = found.outage {
+            return Ok(Some(self.give_up(&outage)));
+        }
+        if !(refused || found.refused) {
+            return Ok(Some(self.give_up(cause)));
+        }
+        let fresh = new_sink(self.settings)?;
+        let old = std::mem::replace(&mut self.sink, fresh);
+        // Destroying a librdkafka client joins its threads: not on this one.
+        tokio::task::spawn_blocking(move || drop(old));
+        tracing::info!(
+            resend = self.resend.len(),
+            "Kafka refused a record: new producer, sending again what the old one had not delivered"
+        );
+        Ok(None)
+    }
+
+    /// Ends the session for a reconnect from the slot, Kafka marked down.
+    fn give_up(&mut self, cause: &str) -> SessionEnd {
+        // Freeze: nothing after the oldest unacknowledged event may be confirmed.
+        if let Some(id) = self.tracker.oldest_unacked() {
+            let _ = self.tracker.fail(id);
+        }
+        self.settings.health.kafka_down(cause);
+        SessionEnd::Reconnect(format!("delivery failed: {cause}"))
+    }
+
+    /// Collects the reports of everything the producer holds: acks are acks;
+    /// a refused record becomes a suspect (confirmed poison when it was on
+    /// trial alone); the rest waits in [`Session::resend`].
+    async fn take_back(&mut self) -> Result<TakenBack, RelayError> {
+        let mut found = TakenBack::default();
+        for purge_in_flight in [false, true] {
+            if self.in_flight.is_empty() {
+                break;
+            }
+            if purge_in_flight {
+                self.sink.purge();
+            } else {
+                self.sink.purge_queued();
+            }
+            let deadline = Instant::now() + TAKE_BACK_WAIT;
+            while !self.in_flight.is_empty() {
+                let confirmed = self.tracker.confirmable();
+                let interval = self.settings.config.postgres.status_interval;
+                let next = tokio::time::timeout_at(deadline, self.sink.next_report());
+                let Ok(Some(report)) =
+                    keep_alive(&mut self.source, confirmed, interval, next).await?
+                else {
+                    break;
+                };
+                let Some(entry) = self.in_flight.remove(&report.id) else {
+                    continue;
+                };
+                match report.result {
+                    Ok(delivered) => self.acked(entry, delivered),
+                    Err(failure) => self.taken_back(entry, failure, &mut found),
+                }
+            }
+        }
+        if !self.in_flight.is_empty() {
+            found.outage.get_or_insert(format!(
+                "no delivery report for {} record(s) from the producer being replaced",
+                self.in_flight.len()
+            ));
+            for (_, entry) in std::mem::take(&mut self.in_flight) {
+                self.hold_for_resend(entry);
+            }
+        }
+        Ok(found)
+    }
+
+    fn taken_back(&mut self, entry: InFlight, failure: DeliveryFailure, found: &mut TakenBack) {
+        count_failure(&failure);
+        let error = failure.to_string();
+        match failure.kind {
+            FailureKind::PerEvent if entry.dead_lettered => {
+                found.refused = true;
+                self.dead_letter_refused(entry, &error);
+            }
+            FailureKind::PerEvent => {
+                found.refused = true;
+                self.poison
+                    .judge(entry.identity, refusal_verdict(&entry, &failure));
+                self.hold_for_resend(entry);
+            }
+            FailureKind::Transport => {
+                if !ends_with_the_producer(failure.code) {
+                    found.outage.get_or_insert(error);
+                }
+                self.hold_for_resend(entry);
             }
         }
     }
@@ -298,67 +510,29 @@ impl Session<'_> {
         };
         match report.result {
             Ok(delivered) => {
-                tracing::trace!(
-                    target: EVENTS_TARGET,
-                    event_id = %event_id(&entry.record),
-                    lsn = %entry.event.commit_lsn,
-                    topic = &*entry.record.topic,
-                    partition = delivered.partition,
-                    offset = delivered.offset,
-                    "acked"
-                );
-                let _ = self.tracker.ack(entry.id);
-                // Per-topic handles, created on a topic's first ack only.
-                if !self.published.contains_key(&entry.record.topic) {
-                    let t = entry.record.topic.to_string();
-                    self.published.insert(
-                        Arc::clone(&entry.record.topic),
-                        (
-                            metrics::counter!(m::EVENTS_PUBLISHED, "topic" => t.clone()),
-                            metrics::counter!(m::BYTES_PUBLISHED, "topic" => t),
-                        ),
-                    );
-                }
-                let (events, bytes) = &self.published[&entry.record.topic];
-                events.increment(1);
-                bytes.increment(entry.record.size as u64);
-                let now_us = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_micros() as i64)
-                    .unwrap_or(0);
-                let behind_us = (now_us - entry.event.commit_time_us).max(0);
-                self.hot.commit_to_ack.record(behind_us as f64 / 1e6);
-                self.wal_to_ack
-                    .record(entry.received_at.elapsed().as_secs_f64());
-                let health = &self.settings.health;
-                health.acked(behind_us / 1000);
-                health.kafka_up();
+                self.acked(entry, delivered);
                 Ok(None)
             }
             Err(failure) => {
-                metrics::counter!(m::DELIVERY_FAILURES, "code" => format!("{:?}", failure.code), "kind" => format!("{:?}", failure.kind)).increment(1);
-                let error = format!("{} ({:?})", failure.message, failure.code);
+                count_failure(&failure);
+                let error = failure.to_string();
                 match failure.kind {
                     FailureKind::PerEvent if entry.dead_lettered => {
                         self.dead_letter_refused(entry, &error);
-                        Ok(None)
+                        self.replace_producer(true, &error).await
                     }
                     // The broker refused it, perhaps only for sharing a batch
-                    // with the real culprit; with the gapless guarantee the
-                    // producer is done for either way: reconnect and replay,
-                    // trying a suspect alone.
+                    // with the real culprit: suspect it (alone it was the
+                    // culprit), and go on with a fresh producer.
                     FailureKind::PerEvent => {
-                        let verdict = if entry.isolated {
-                            Verdict::Confirmed(error.clone())
-                        } else {
-                            Verdict::Suspect
-                        };
-                        self.poison.judge(entry.identity, verdict);
-                        let _ = self.tracker.fail(entry.id);
-                        self.collect_batch_mates().await;
-                        Ok(Some(SessionEnd::Reconnect(format!(
-                            "delivery failed: Kafka refused an event: {error}"
-                        ))))
+                        self.poison
+                            .judge(entry.identity, refusal_verdict(&entry, &failure));
+                        self.hold_for_resend(entry);
+                        self.replace_producer(true, &error).await
+                    }
+                    FailureKind::Transport if ends_with_the_producer(failure.code) => {
+                        self.hold_for_resend(entry);
+                        self.replace_producer(false, &error).await
                     }
                     FailureKind::Transport => {
                         // Freeze: nothing after this event may be confirmed.
@@ -371,5 +545,65 @@ impl Session<'_> {
                 }
             }
         }
+    }
+
+    /// Books an acknowledged record: tracker, metrics, health.
+    fn acked(&mut self, entry: InFlight, delivered: Delivered) {
+        if entry.isolated {
+            // Delivered alone: it was a batch-mate of the real culprit.
+            self.poison.acquit(&entry.identity);
+        }
+        tracing::trace!(
+            target: EVENTS_TARGET,
+            event_id = %event_id(&entry.record),
+            lsn = %entry.event.commit_lsn,
+            topic = &*entry.record.topic,
+            partition = delivered.partition,
+            offset = delivered.offset,
+            "acked"
+        );
+        let _ = self.tracker.ack(entry.id);
+        // Per-topic handles, created on a topic's first ack only.
+        if !self.published.contains_key(&entry.record.topic) {
+            let t = entry.record.topic.to_string();
+            self.published.insert(
+                Arc::clone(&entry.record.topic),
+                (
+                    metrics::counter!(m::EVENTS_PUBLISHED, "topic" => t.clone()),
+                    metrics::counter!(m::BYTES_PUBLISHED, "topic" => t),
+                ),
+            );
+        }
+        let (events, bytes) = &self.published[&entry.record.topic];
+        events.increment(1);
+        bytes.increment(entry.record.size as u64);
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as i64)
+            .unwrap_or(0);
+        let behind_us = (now_us - entry.event.commit_time_us).max(0);
+        self.hot.commit_to_ack.record(behind_us as f64 / 1e6);
+        self.wal_to_ack
+            .record(entry.received_at.elapsed().as_secs_f64());
+        let health = &self.settings.health;
+        health.acked(behind_us / 1000);
+        health.kafka_up();
+    }
+}
+
+fn count_failure(failure: &DeliveryFailure) {
+    metrics::counter!(m::DELIVERY_FAILURES, "code" => format!("{:?}", failure.code), "kind" => format!("{:?}", failure.kind)).increment(1);
+}
+
+/// The verdict on a record the broker refused: sent alone, it is poison;
+/// in company, a suspect (the broker refuses whole batches).
+fn refusal_verdict(entry: &InFlight, failure: &DeliveryFailure) -> Verdict {
+    if entry.isolated {
+        Verdict::Confirmed(Refusal {
+            code: failure.code,
+            error: failure.to_string(),
+        })
+    } else {
+        Verdict::Suspect
     }
 }

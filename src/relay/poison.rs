@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
 use super::session::{InFlight, Session, SessionEnd};
@@ -16,7 +17,7 @@ use crate::outbox::{KafkaRecord, OutboxEvent};
 use crate::progress::DeliveryId;
 use crate::Lsn;
 
-/// `reason` values of the dead-letter counter (the `kind` of [`Session::poisoned`]).
+/// `reason` values of the dead-letter counter (see [`Cause::label`]).
 pub(super) const DEAD_LETTER_REASONS: [&str; 2] = ["mapping", "delivery"];
 
 /// An event's place in the WAL, stable across reconnects: its transaction's
@@ -26,17 +27,60 @@ pub(super) type EventIdentity = (Lsn, u32);
 /// Events the broker refused, remembered across reconnects.
 ///
 /// A broker refuses a whole batch when one record in it is too large, so a
-/// broker-reported per-event failure only makes an event a *suspect*: on the
-/// replay it is sent alone, after everything before it is acked. Refused
-/// again alone, it is *confirmed* poison and the policy applies without
-/// another try (which would only turn the producer fatal again).
+/// broker-reported per-event failure only makes an event a *suspect*: sent
+/// again on the next producer, it goes alone, after everything before it is
+/// acked. Refused again alone, it is *confirmed* poison and the policy
+/// applies without another try (which would only end the producer again).
 #[derive(Default)]
 pub struct PoisonMemory(HashMap<EventIdentity, Verdict>);
 
 #[derive(Clone)]
 pub(super) enum Verdict {
     Suspect,
-    Confirmed(String),
+    Confirmed(Refusal),
+}
+
+/// Why Kafka will not take a record: librdkafka's code and description.
+#[derive(Clone, Debug)]
+pub(super) struct Refusal {
+    pub(super) code: RDKafkaErrorCode,
+    pub(super) error: String,
+}
+
+impl Refusal {
+    /// Refused for its size: the DLQ copy goes without the value.
+    fn too_large(&self) -> bool {
+        use RDKafkaErrorCode as C;
+        matches!(
+            self.code,
+            C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge
+        )
+    }
+}
+
+/// Why an event goes to the `on_error` policy.
+pub(super) enum Cause {
+    /// It cannot be mapped to a record (the mapping error's text).
+    Mapping(String),
+    /// Kafka refused its record.
+    Refused(Refusal),
+}
+
+impl Cause {
+    /// The `reason` label of the dead-letter counter.
+    fn label(&self) -> &'static str {
+        match self {
+            Cause::Mapping(_) => DEAD_LETTER_REASONS[0],
+            Cause::Refused(_) => DEAD_LETTER_REASONS[1],
+        }
+    }
+
+    fn error(&self) -> &str {
+        match self {
+            Cause::Mapping(e) => e,
+            Cause::Refused(r) => &r.error,
+        }
+    }
 }
 
 impl PoisonMemory {
@@ -53,11 +97,6 @@ impl PoisonMemory {
     /// Gives an event a verdict, replacing any earlier one.
     pub(super) fn judge(&mut self, identity: EventIdentity, verdict: Verdict) {
         self.0.insert(identity, verdict);
-    }
-
-    /// Makes an event a suspect, unless it already has a verdict.
-    pub(super) fn suspect(&mut self, identity: EventIdentity) {
-        self.0.entry(identity).or_insert(Verdict::Suspect);
     }
 
     /// Forgets an event's verdict.
@@ -89,9 +128,9 @@ impl<'a> Session<'a> {
         event: OutboxEvent,
         identity: EventIdentity,
         stage: Stage,
-        kind: &str,
-        error: &str,
+        cause: Cause,
     ) -> Result<Option<SessionEnd>, RelayError> {
+        let error = cause.error();
         let Some(dlq) = self.dead_letter_topic() else {
             let what = match stage {
                 Stage::Refused { .. } => format!(
@@ -112,29 +151,31 @@ impl<'a> Session<'a> {
                 received_at,
             } = stage
             {
-                self.in_flight.insert(
-                    id.get(),
-                    InFlight {
-                        id,
-                        record,
-                        event,
-                        identity,
-                        dead_lettered: false,
-                        isolated: false,
-                        received_at,
-                    },
-                );
+                // Held, never sent: its tracker slot keeps the slot below it.
+                self.hold_for_resend(InFlight {
+                    id,
+                    record,
+                    event,
+                    identity,
+                    dead_lettered: false,
+                    isolated: false,
+                    received_at,
+                });
             }
             return Ok(None);
         };
         let dlq_record = match &stage {
-            Stage::Unmapped => dead_letter::from_unmappable(&event, dlq, error),
+            Stage::Unmapped => {
+                let (key, id) = self.mapper.key_and_id(&event);
+                dead_letter::from_unmappable(&event, dlq, error, key, id)
+            }
             Stage::Mapped(record) | Stage::Refused { record, .. } => {
-                dead_letter::from_record(record, dlq, &event, kind, error)
+                let too_large = matches!(&cause, Cause::Refused(r) if r.too_large());
+                dead_letter::from_record(record, dlq, &event, cause.label(), error, too_large)
             }
         };
         tracing::warn!(lsn = %event.commit_lsn, xid = event.xid, %error, "event sent to the dead-letter topic");
-        metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => kind.to_string()).increment(1);
+        metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => cause.label()).increment(1);
         self.ensure_topic(dlq).await?;
         let (id, received_at) = match stage {
             Stage::Refused {
@@ -157,12 +198,13 @@ impl<'a> Session<'a> {
     }
 
     /// The dead-letter topic refused an event's copy too: nothing is left to
-    /// try. The entry stays in flight, holding its tracker slot.
+    /// try. The entry is held (never sent while halted), keeping its tracker
+    /// slot.
     pub(super) fn dead_letter_refused(&mut self, entry: InFlight, error: &str) {
         self.halt(format!(
             "the dead-letter topic refused an event too: {error}"
         ));
-        self.in_flight.insert(entry.id.get(), entry);
+        self.hold_for_resend(entry);
     }
 
     fn halt(&mut self, reason: String) {

@@ -18,7 +18,7 @@
 //! handles delivery reports, [`poison`](super::poison) applies
 //! `relay.on_error` to events that cannot be delivered.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +71,10 @@ pub struct Session<'a> {
     pub(super) topics: TopicManager,
     pub(super) tracker: AckTracker,
     pub(super) in_flight: HashMap<u64, InFlight>,
+    /// Records taken back from a producer that Kafka's refusal of one of them
+    /// ended, by delivery id (WAL order): sent again, on a fresh producer,
+    /// before anything newer (see [`deliver`](super::deliver)).
+    pub(super) resend: BTreeMap<u64, InFlight>,
     /// Position of the next event within its transaction.
     pub(super) ordinal: u32,
     /// Set when a poison event stopped the relay (`on_error = "stop"`).
@@ -140,11 +144,7 @@ impl<'a> Session<'a> {
         let source = SourceSession::open(&settings.source).await?;
         health.postgres_up();
         health.progress(0, source.start_lsn);
-        // Statistics feed only the endpoint's gauges: none without one.
-        let metrics_on = settings.config.metrics.listen.is_some();
-        let stats = metrics_on.then(|| m::kafka::stats_hook(Arc::clone(health)));
-        let sink = KafkaSink::with_stats(&settings.brokers, &settings.config.kafka, stats)?;
-        health.new_producer();
+        let sink = super::deliver::new_sink(settings)?;
         let topics = TopicManager::new(&settings.brokers, &settings.config.kafka)?;
         // A halt belongs to its session; the next one re-reads the event and
         // decides again.
@@ -160,6 +160,7 @@ impl<'a> Session<'a> {
             topics,
             tracker: AckTracker::new(start_lsn),
             in_flight: HashMap::new(),
+            resend: BTreeMap::new(),
             ordinal: 0,
             halted: None,
             published: HashMap::new(),
@@ -185,12 +186,18 @@ impl<'a> Session<'a> {
                     return Ok(SessionEnd::Shutdown);
                 }
             }
+            if !s.resend.is_empty() && s.halted.is_none() {
+                if let Some(end) = s.resend_pending().await? {
+                    return Ok(end);
+                }
+            }
             let full = s.tracker.in_flight() >= relay.max_in_flight_events
                 || s.tracker.in_flight_bytes() as u64 >= relay.max_in_flight_bytes;
             // While draining, read on only to finish the open transaction, so
             // a restart does not repeat half of it.
             let reading = !full
                 && s.halted.is_none()
+                && s.resend.is_empty()
                 && (drain_deadline.is_none() || s.source.in_transaction());
             let status_at = Instant::from_std(s.source.stream().next_status_deadline(interval));
             tokio::select! {

@@ -1,6 +1,7 @@
 //! [`KafkaSink`]: one idempotent producer and the channel its delivery
 //! reports arrive on.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::message::{Header, OwnedHeaders};
@@ -21,12 +22,18 @@ const FLUSH_CHECK_INTERVAL: Duration = Duration::from_millis(5);
 /// scrape, and parsing the JSON every 5 s costs nothing worth measuring.
 pub const STATS_INTERVAL_MS: &str = "5000";
 
+/// How long [`KafkaSink::when_connected`] waits per look before checking
+/// that the producer is still there.
+const CONNECT_POLL: Duration = Duration::from_millis(500);
+
 /// The producer side of the relay. librdkafka's polling thread (inside
 /// [`ThreadedProducer`]) runs the delivery callbacks; their reports wait on an
 /// unbounded channel, bounded in practice by the records the caller keeps in
 /// flight (one report per record `send` accepted).
 pub struct KafkaSink {
-    producer: ThreadedProducer<DeliveryContext>,
+    /// Shared only with [`KafkaSink::when_connected`]'s watcher, which holds
+    /// it for at most [`CONNECT_POLL`] at a time.
+    producer: Arc<ThreadedProducer<DeliveryContext>>,
     reports: UnboundedReceiver<DeliveryReport>,
 }
 
@@ -54,7 +61,39 @@ impl KafkaSink {
         let producer = config
             .create_with_context(DeliveryContext::new(tx).with_stats(stats))
             .map_err(|e| creation_error("producer", e, &kafka.properties))?;
-        Ok(KafkaSink { producer, reports })
+        Ok(KafkaSink {
+            producer: Arc::new(producer),
+            reports,
+        })
+    }
+
+    /// Calls `connected` (on a thread of its own) once the producer has its
+    /// first metadata answer from a broker, which librdkafka asks for as
+    /// soon as it starts: the earliest sign of a working connection, seconds
+    /// before the first statistics. Never called if the sink is dropped
+    /// first.
+    pub fn when_connected(&self, connected: impl FnOnce() + Send + 'static) {
+        let producer = Arc::downgrade(&self.producer);
+        let watch = move || loop {
+            let Some(producer) = producer.upgrade() else {
+                return;
+            };
+            let asked = Instant::now();
+            // `None` before the timeout: metadata came, without a cluster id
+            // (a broker before Kafka 0.10).
+            if producer.client().fetch_cluster_id(CONNECT_POLL).is_some()
+                || asked.elapsed() < CONNECT_POLL / 2
+            {
+                connected();
+                return;
+            }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("outboxd-kafka-connect".into())
+            .spawn(watch)
+        {
+            tracing::debug!(error = %e, "cannot watch for the producer's first connection");
+        }
     }
 
     /// Enqueues one record; its [`DeliveryReport`] carries `id`.
@@ -170,6 +209,13 @@ impl KafkaSink {
             }
             std::thread::sleep(FLUSH_CHECK_INTERVAL);
         }
+    }
+
+    /// Fails everything still queued (reports come back as `PurgeQueue`),
+    /// leaving the requests already sent to their real outcome.
+    pub fn purge_queued(&self) {
+        self.producer
+            .purge(PurgeConfig::default().queue().non_blocking());
     }
 
     /// Fails everything queued and in flight: their reports come back as

@@ -6,3 +6,4 @@ mod helm;
 mod logs;
 mod metrics;
 mod prometheus;
+mod readiness;

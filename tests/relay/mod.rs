@@ -2,6 +2,7 @@
 //! delivery guarantees, including under faults.
 
 mod backpressure;
+mod column_types;
 mod e2e;
 mod faults;
 mod pg_restart;

@@ -111,13 +111,19 @@ fn oversized_event_goes_to_the_dead_letter_topic() {
 /// broker (not the producer) refuses the large record, and refuses the whole
 /// batch it travels in.
 fn create_small_topic(bootstrap: &str, topic: &str) {
+    create_limited_topic(bootstrap, topic, 1, "20000");
+}
+
+/// Creates `topic` with `partitions` and the broker-side `max.message.bytes`.
+fn create_limited_topic(bootstrap: &str, topic: &str, partitions: i32, max_message_bytes: &str) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
     let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()
         .unwrap();
-    let t = NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "20000");
+    let t = NewTopic::new(topic, partitions, TopicReplication::Fixed(1))
+        .set("max.message.bytes", max_message_bytes);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -219,4 +225,147 @@ fn unmappable_message_under_stop_is_not_confirmed() {
         confirmed <= lsn,
         "slot confirmed {confirmed} past the unmappable message at {lsn}"
     );
+}
+
+/// Acceptance (issue 9, point 8): records the broker refuses among a steady
+/// stream are isolated on a fresh producer, not through reconnects with a
+/// growing backoff: the stream keeps going, the refused ones reach the DLQ
+/// within seconds, and at most the in-flight window is sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_records_in_a_stream_are_dead_lettered_without_reconnects() {
+    use super::support::{aggregates, payload_texts, verify};
+    const GOOD: usize = 10_000;
+    const REFUSED: usize = 5;
+    const WINDOW: usize = 1_000;
+    let broker = shared();
+    // batch.size below the topics' limit: only the big records are refused,
+    // not batches of small ones.
+    let extra = format!(
+        "[relay]\non_error = \"dead_letter\"\ndead_letter_topic = \"refused.dlq\"\n\
+         max_in_flight_events = {WINDOW}\n\
+         [kafka.properties]\n\"batch.size\" = \"50000\"\n\"compression.type\" = \"none\"\n"
+    );
+    let e = env(broker.bootstrap(), "refused", &extra);
+    tokio::task::block_in_place(|| {
+        for kind in ["payment", "order"] {
+            create_limited_topic(broker.bootstrap(), &format!("refused.{kind}"), 3, "100000");
+        }
+    });
+    let relay = Relay::start(&e);
+    let aggs = aggregates(50);
+    let mut client = e.pg.client("app").await;
+    let mut sent = Vec::new();
+    let mut refused_ids = Vec::new();
+    for k in 0..REFUSED {
+        sent.extend(
+            super::support::write(
+                &mut client,
+                "refused",
+                &aggs,
+                GOOD / REFUSED,
+                &[1, 10, 50],
+                0,
+            )
+            .await,
+        );
+        // ~330 kB: under the producer's message.max.bytes, over the topic's.
+        let id = uuid::Uuid::new_v4().to_string();
+        client
+            .execute(
+                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+                 SELECT $1::text::uuid, 'payment', $2, 'payment.huge', \
+                 jsonb_build_object('blob', string_agg(md5(i::text), '')) FROM generate_series(1, 10000) i",
+                &[&id, &format!("huge-{k}")],
+            )
+            .await
+            .unwrap();
+        refused_ids.push(id);
+    }
+    let written = std::time::Instant::now();
+    let texts = payload_texts(&e.pg);
+    let dir = e.dir.path().to_path_buf();
+    let (v, dlq) = tokio::task::spawn_blocking(move || {
+        let v = verify(broker, &sent, &texts, Duration::from_secs(600), true, &dir);
+        let dlq = broker.consume_all("refused.dlq", REFUSED, Duration::from_secs(600));
+        (v, dlq)
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err:?}\nrelay log:\n{}", relay.log()));
+    let took = written.elapsed();
+    let log = relay.log();
+    let reconnects = log.matches("relay interrupted").count();
+    let outages = log.matches("Kafka outage started").count();
+    eprintln!(
+        "refused: {} good delivered, {} duplicates, {} dead-lettered, {reconnects} reconnects, \
+         {outages} Kafka outages, {:.1}s after the last write",
+        v.delivered,
+        v.duplicates,
+        dlq.len(),
+        took.as_secs_f64()
+    );
+    assert_eq!(v.delivered, GOOD);
+    let mut dead: Vec<(String, String)> = dlq
+        .iter()
+        .map(|r| {
+            (
+                r.key_str().expect("DLQ record key").to_string(),
+                std::str::from_utf8(r.header("id").expect("DLQ record id header"))
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    dead.sort();
+    let want: Vec<(String, String)> = refused_ids
+        .iter()
+        .enumerate()
+        .map(|(k, id)| (format!("huge-{k}"), id.clone()))
+        .collect();
+    assert_eq!(dead, want, "DLQ (key, id)");
+    assert_eq!(reconnects, 0, "a refusal cost a reconnect:\n{log}");
+    assert_eq!(outages, 0, "a refusal counted as a Kafka outage:\n{log}");
+    assert!(
+        v.duplicates <= WINDOW,
+        "{} duplicates, more than the in-flight window",
+        v.duplicates
+    );
+    assert!(
+        took < Duration::from_secs(30),
+        "took {took:?} after the last write"
+    );
+}
+
+/// Issue 9, point 8: a row that cannot be mapped (its aggregate type makes
+/// an invalid topic name) still reaches the DLQ with its key and `id`
+/// header, and the raw row as JSON; the relay goes on.
+#[test]
+fn unmappable_row_is_dead_lettered_with_its_key_id_and_row() {
+    let broker = shared();
+    let extra = "[relay]\non_error = \"dead_letter\"\ndead_letter_topic = \"poisonrow.dlq\"\n";
+    let e = env(broker.bootstrap(), "poisonrow", extra);
+    let relay = Relay::start(&e);
+    let id = "00000000-0000-4000-8000-0000000000aa";
+    e.pg.psql(
+        "app",
+        &format!(
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('{id}', 'no/such topic', 'agg-7', 'broken', '{{\"n\": 1}}'); \
+             INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('p', 'agg-7', 'fine', '{{\"n\": 2}}')"
+        ),
+    );
+    let good = broker.consume_all("poisonrow.p", 1, Duration::from_secs(60));
+    assert_eq!(small_numbers(&good), vec![2], "{}", relay.log());
+    let dlq = broker.consume_all("poisonrow.dlq", 1, Duration::from_secs(60));
+    assert_eq!(dlq.len(), 1, "{}", relay.log());
+    let r = &dlq[0];
+    assert_eq!(r.key_str(), Some("agg-7"));
+    assert_eq!(r.header("id"), Some(id.as_bytes()));
+    assert_eq!(r.header("outboxd.error.kind"), Some(&b"mapping"[..]));
+    let row: serde_json::Value = serde_json::from_str(r.value_str().unwrap()).unwrap();
+    assert_eq!(row["id"], id);
+    assert_eq!(row["aggregate_type"], "no/such topic");
+    assert_eq!(row["aggregate_id"], "agg-7");
+    assert_eq!(row["payload"], "{\"n\": 1}");
+    assert_eq!(row["headers"], serde_json::Value::Null);
 }

@@ -270,13 +270,12 @@ pub fn type_fit(role: &str, base_type: &str, category: &str) -> TypeFit {
     let text = category == "S";
     let json = matches!(base_type, "json" | "jsonb");
     let integer = matches!(base_type, "int2" | "int4" | "int8");
+    // The relay sends a bytea's bytes, not its hex text.
+    let bytes = base_type == "bytea";
     match role {
-        "payload" if json || text => TypeFit::Good,
-        "payload" if base_type == "bytea" => TypeFit::Doubtful(
-            "Kafka would get PostgreSQL's hex text (\\x...), not the bytes; use jsonb or text",
-        ),
+        "payload" if json || text || bytes => TypeFit::Good,
         "payload" => TypeFit::Doubtful("Kafka would get its text form; payloads are usually jsonb or text"),
-        "key" | "id" if text || integer || base_type == "uuid" => TypeFit::Good,
+        "key" | "id" if text || integer || bytes || base_type == "uuid" => TypeFit::Good,
         "key" | "id" => TypeFit::Doubtful("its text form is used; text, uuid or an integer is usual"),
         "headers" if json => TypeFit::Good,
         "headers" if text => TypeFit::Doubtful("each value must be a JSON object; jsonb makes sure it is"),
@@ -306,9 +305,8 @@ mod tests {
     fn column_types_by_role() {
         assert_eq!(type_fit("payload", "jsonb", "U"), TypeFit::Good);
         assert_eq!(type_fit("payload", "varchar", "S"), TypeFit::Good);
-        assert!(
-            matches!(type_fit("payload", "bytea", "U"), TypeFit::Doubtful(r) if r.contains("hex"))
-        );
+        assert_eq!(type_fit("payload", "bytea", "U"), TypeFit::Good);
+        assert_eq!(type_fit("key", "bytea", "U"), TypeFit::Good);
         assert_eq!(type_fit("key", "uuid", "U"), TypeFit::Good);
         assert_eq!(type_fit("key", "int8", "N"), TypeFit::Good);
         assert!(matches!(
