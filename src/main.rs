@@ -28,12 +28,18 @@ enum Command {
         config: PathBuf,
     },
     /// Print decoded outbox events from the replication slot as JSON lines.
+    /// Peeks: the slot does not move unless --confirm is given.
     Tail {
         /// Configuration file (TOML).
         #[arg(long, short, env = "OUTBOXD_CONFIG")]
         config: PathBuf,
-        /// Peek without moving the slot's confirmed position.
+        /// Confirm the slot up to the last transaction printed in full, so the
+        /// next tail starts after it. This consumes the events from the slot:
+        /// an `outboxd run` on the same slot will never relay them.
         #[arg(long)]
+        confirm: bool,
+        /// Peek without moving the slot (the default; kept for old scripts).
+        #[arg(long, hide = true, conflicts_with = "confirm")]
         no_confirm: bool,
         /// Stop after printing this many events.
         #[arg(long)]
@@ -105,13 +111,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Tail {
             config,
-            no_confirm,
+            confirm,
+            no_confirm: _,
             limit,
         } => {
             let cfg = load(&config)?;
             let source = settings::source_settings(&cfg)?;
             let opts = tail::TailOptions {
-                no_confirm,
+                confirm,
                 limit,
                 status_interval: cfg.postgres.status_interval,
             };
