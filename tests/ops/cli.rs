@@ -1,0 +1,151 @@
+//! The binary as operators run it: exit codes, and no secret in any output.
+//! `run`, `tail` and `check` exit 2 on a configuration they cannot use (a
+//! supervisor can tell that from an outage), and never print a password,
+//! not even when quoting a broken line of the file.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::harness::outboxd::bin;
+use crate::harness::pg::{Auth, PgCluster, PgOptions};
+
+/// What one subcommand printed, and how it exited.
+struct Output {
+    code: Option<i32>,
+    /// stdout and stderr together: a secret may leak through either.
+    text: String,
+}
+
+fn outboxd(sub: &str, config: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.arg(sub).arg("--config").arg(config);
+    if sub == "tail" {
+        cmd.args(["--limit", "0"]);
+    }
+    let out = cmd
+        .envs(env.iter().copied())
+        .env("OUTBOXD_LOG", "debug")
+        .output()
+        .expect("run outboxd");
+    Output {
+        code: out.status.code(),
+        text: format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+const SUBCOMMANDS: [&str; 3] = ["run", "tail", "check"];
+
+/// A TOML syntax error on the url line (the closing quote is missing), with
+/// the password written into the file and substituted from the environment.
+#[test]
+fn syntax_error_on_the_url_line_prints_no_password() {
+    // Nothing connects: the file is refused first.
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "Hunter2-lit";
+    let url = format!("postgresql://postgres:{secret}@127.0.0.1:1/app");
+    let literal = dir.path().join("literal.toml");
+    std::fs::write(
+        &literal,
+        format!("[postgres]\nurl = \"{url}\nslot = \"s\"\n[kafka]\nbrokers = \"127.0.0.1:9\"\n"),
+    )
+    .unwrap();
+    let from_env = dir.path().join("env.toml");
+    std::fs::write(
+        &from_env,
+        "[postgres]\nurl = \"${OUTBOXD_PG_URL}\nslot = \"s\"\n[kafka]\nbrokers = \"127.0.0.1:9\"\n",
+    )
+    .unwrap();
+    let env_secret = "Hunter2-env";
+    let env_url = format!("postgresql://postgres:{env_secret}@127.0.0.1:1/app");
+    let env = [("OUTBOXD_PG_URL", env_url.as_str())];
+
+    for sub in SUBCOMMANDS {
+        for (config, vars, secret) in [
+            (&literal, &[][..], secret),
+            (&from_env, &env[..], env_secret),
+        ] {
+            let out = outboxd(sub, config, vars);
+            assert!(
+                !out.text.contains(secret),
+                "outboxd {sub} printed the password of {}:\n{}",
+                config.display(),
+                out.text
+            );
+            // Still useful: where the error is, and what.
+            assert!(out.text.contains("line 2"), "{sub}: {}", out.text);
+            assert!(out.text.contains("url = \""), "{sub}: {}", out.text);
+            assert_eq!(out.code, Some(2), "outboxd {sub}:\n{}", out.text);
+        }
+    }
+}
+
+/// Every way a configuration can be unusable exits 2 from each subcommand;
+/// a usable one that fails against the server exits 1.
+#[test]
+fn bad_configuration_exits_2_and_a_failure_after_it_exits_1() {
+    let pg = PgCluster::start(PgOptions::default().with_auth(Auth::Scram));
+    pg.create_database("app");
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let url = format!("{}?sslmode=disable", pg.url("postgres", None, "app"));
+    let brokers = "[kafka]\nbrokers = \"127.0.0.1:9\"\n";
+    let bad = [
+        dir.path().join("absent.toml"),
+        write(
+            "syntax.toml",
+            format!("[postgres]\nurl = \"{url}\" x\n{brokers}"),
+        ),
+        write(
+            "unknown.toml",
+            format!("[postgres]\nurl = \"{url}\"\nslott = \"s\"\n{brokers}"),
+        ),
+        write(
+            "invalid.toml",
+            format!("[postgres]\nurl = \"{url}\"\nslot = \"Bad-Slot\"\n{brokers}"),
+        ),
+    ];
+    // `check` reports this one on its config line and checks the rest (exit 1).
+    let unset = write(
+        "unset.toml",
+        format!("[postgres]\nurl = \"{url}\"\npassword_env = \"OUTBOXD_TEST_UNSET_PW\"\n{brokers}"),
+    );
+    for sub in SUBCOMMANDS {
+        let unset = (sub != "check").then_some(&unset);
+        for config in bad.iter().chain(unset) {
+            let out = outboxd(sub, config, &[]);
+            assert_eq!(
+                out.code,
+                Some(2),
+                "outboxd {sub} --config {}:\n{}",
+                config.display(),
+                out.text
+            );
+        }
+    }
+
+    // Usable configuration, wrong password: the server refuses, exit 1, and
+    // the refusal does not repeat the password either.
+    let wrong = write(
+        "wrong.toml",
+        format!(
+            "[postgres]\nurl = \"{}?sslmode=disable\"\n{brokers}",
+            pg.url("postgres", Some("Wrong-pw-123"), "app")
+        ),
+    );
+    let out = outboxd("tail", &wrong, &[]);
+    assert_eq!(out.code, Some(1), "{}", out.text);
+    assert!(
+        out.text.contains("password authentication failed"),
+        "{}",
+        out.text
+    );
+    assert!(!out.text.contains("Wrong-pw-123"), "{}", out.text);
+}
