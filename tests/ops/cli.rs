@@ -1,13 +1,17 @@
 //! The binary as operators run it: exit codes, and no secret in any output.
 //! `run`, `tail` and `check` exit 2 on a configuration they cannot use (a
 //! supervisor can tell that from an outage), and never print a password,
-//! not even when quoting a broken line of the file.
+//! not even when quoting a broken line of the file. A halted relay stops at
+//! once on SIGTERM.
 
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
+use crate::harness::kafka::shared;
 use crate::harness::outboxd::bin;
 use crate::harness::pg::{Auth, PgCluster, PgOptions};
+use crate::relay::support::{self, confirmed_lsn, lsn_now, wait_for, Relay};
 
 /// What one subcommand printed, and how it exited.
 struct Output {
@@ -148,4 +152,64 @@ fn bad_configuration_exits_2_and_a_failure_after_it_exits_1() {
         out.text
     );
     assert!(!out.text.contains("Wrong-pw-123"), "{}", out.text);
+}
+
+/// A relay halted by a poison event (`relay.on_error = "stop"`, the default)
+/// has nothing left to drain: SIGTERM ends it at once, not after
+/// `relay.shutdown_timeout`, with exit 0 and the slot still before the
+/// poison event.
+#[test]
+fn halted_relay_exits_at_once_on_sigterm() {
+    let broker = shared();
+    let e = support::env(
+        broker.bootstrap(),
+        "haltterm",
+        "[relay]\nshutdown_timeout = \"30s\"\n",
+    );
+    let mut relay = Relay::start(&e);
+    let small = "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                 VALUES ('p', 'a', 'small', '{}')";
+    e.pg.psql("app", small);
+    // 1.5 MB: over the producer's message.max.bytes, refused for itself.
+    // Inside a transaction with a small event after it, so the halt comes
+    // mid-transaction.
+    e.pg.psql(
+        "app",
+        &format!(
+            "BEGIN; INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+             SELECT 'p', 'a', 'huge', jsonb_build_object('blob', string_agg(md5(i::text), '')) \
+             FROM generate_series(1, 48000) i; {small}; COMMIT;"
+        ),
+    );
+    let after_poison = lsn_now(&e.pg);
+    e.pg.psql("app", small);
+    assert_eq!(
+        broker
+            .consume_all("haltterm.p", 1, Duration::from_secs(60))
+            .len(),
+        1
+    );
+    wait_for("the halt", Duration::from_secs(30), || {
+        relay.log().contains("relay halted")
+    });
+
+    relay.signal("-TERM");
+    let asked = Instant::now();
+    let status = relay
+        .wait(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("still running 20 s after SIGTERM:\n{}", relay.log()));
+    let took = asked.elapsed();
+    eprintln!("halted relay stopped {took:?} after SIGTERM");
+    assert!(
+        took < Duration::from_secs(3),
+        "took {took:?} to stop:\n{}",
+        relay.log()
+    );
+    assert!(status.success(), "exit {status:?}:\n{}", relay.log());
+    let confirmed = confirmed_lsn(&e.pg, "haltterm");
+    assert!(
+        confirmed < after_poison,
+        "slot confirmed {confirmed}, past the poison event's transaction (ends by {after_poison})"
+    );
+    assert_eq!(broker.record_count("haltterm.p"), 1, "{}", relay.log());
 }
