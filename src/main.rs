@@ -72,13 +72,16 @@ fn init_logging(format: LogFormat, level: &str) {
     // Colours only for a person at a terminal: escape codes in a log file,
     // journald or `docker logs` get in the way of grep and log shippers.
     use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr);
+    let quiet = outboxd::sink::QuietRdkafka;
     match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().finish().with(quiet).init(),
+        LogFormat::Text => builder.finish().with(quiet).init(),
     }
 }
 
