@@ -213,3 +213,29 @@ fn halted_relay_exits_at_once_on_sigterm() {
     );
     assert_eq!(broker.record_count("haltterm.p"), 1, "{}", relay.log());
 }
+
+/// A build without the `gssapi` feature refuses Kerberos before starting,
+/// naming the feature, instead of librdkafka's "No provider for SASL
+/// mechanism GSSAPI" at the first producer.
+#[cfg(not(feature = "gssapi"))]
+#[test]
+fn gssapi_without_the_feature_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gssapi.toml");
+    std::fs::write(
+        &config,
+        "[postgres]\nurl = \"postgresql://outboxd@127.0.0.1:1/app\"\n\
+         [kafka]\nbrokers = \"127.0.0.1:9\"\n\
+         [kafka.properties]\n\"security.protocol\" = \"SASL_PLAINTEXT\"\n\
+         \"sasl.mechanisms\" = \"GSSAPI\"\n",
+    )
+    .unwrap();
+    let out = outboxd("run", &config, &[]);
+    assert_eq!(out.code, Some(2), "{}", out.text);
+    assert!(
+        out.text.contains("kafka.properties.\"sasl.mechanisms\""),
+        "{}",
+        out.text
+    );
+    assert!(out.text.contains("--features gssapi"), "{}", out.text);
+}
