@@ -9,9 +9,9 @@ cd "$(dirname "$0")/.."
 root=$PWD
 demo=$root/.demo
 scripts/setup.sh
-echo "== building outboxd"
-cargo build --bin outboxd --example kafka_read
-bin_dir=${CARGO_TARGET_DIR:-$root/target}/debug
+echo "== building outboxd (release, as in the README: one build serves both)"
+cargo build --release --bin outboxd --example kafka_read
+bin_dir=${CARGO_TARGET_DIR:-$root/target}/release
 
 rm -rf "$demo" && mkdir -p "$demo"
 chmod 755 "$demo"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine lacks to build and test outboxd:
-# C toolchain pieces for librdkafka (rdkafka-sys builds it from source),
+# C toolchain pieces for librdkafka (rdkafka-sys builds it from source;
+# libsasl2-dev only with OUTBOXD_FEATURES=gssapi, for `--features gssapi`),
 # PostgreSQL 15 server and client, Java 17 and Maven for the Kafka broker,
 # Prometheus (its server and promtool check the dashboards and alert rules in
 # docker/), and the unprivileged user that runs test servers when we are root.
@@ -8,8 +9,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake pkg-config libssl-dev libcurl4-openssl-dev libsasl2-dev zlib1g-dev libzstd-dev
+packages=(build-essential cmake pkg-config libssl-dev libcurl4-openssl-dev zlib1g-dev libzstd-dev
   postgresql-15 postgresql-client-15 openssl openjdk-17-jre-headless maven python3 curl prometheus)
+if [[ ,${OUTBOXD_FEATURES:-}, == *,gssapi,* ]]; then packages+=(libsasl2-dev); fi
+# apt-get that waits (up to 10 minutes) for another apt or dpkg, such as
+# unattended-upgrades on a fresh machine, instead of failing on its lock.
+# DPkg::Lock::Timeout covers the dpkg lock; `update` takes the lists lock,
+# which older apt does not wait for, so a lock failure is retried too.
+apt_wait() {
+  local deadline=$((SECONDS + 600)) out
+  while :; do
+    if out=$(apt-get -o DPkg::Lock::Timeout=600 "$@" 2>&1); then
+      [[ -z $out ]] || printf '%s\n' "$out"
+      return 0
+    fi
+    if [[ $out != *"Could not get lock"* && $out != *"Unable to lock"* ]] || ((SECONDS >= deadline)); then
+      printf '%s\n' "$out" >&2
+      return 1
+    fi
+    echo "setup: waiting for another apt/dpkg to finish" >&2
+    sleep 5
+  done
+}
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -28,8 +50,8 @@ if ((${#missing[@]})); then
   fi
   echo "setup: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_wait update -qq
+  apt_wait install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 if ! command -v cargo >/dev/null; then

@@ -1,12 +1,21 @@
 //! The `outboxd` binary.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use outboxd::cli::{check, settings, tail};
-use outboxd::config::{Config, LogFormat};
+use outboxd::config::{Config, ConfigError, LogFormat};
+use outboxd::source::session::SourceSettings;
+
+/// Exit code of `run` and `tail` when they fail after the configuration was
+/// accepted.
+const EXIT_FAILED: u8 = 1;
+/// Exit code of every subcommand when the configuration cannot be read,
+/// parsed or validated: nothing was started, and retrying will not help
+/// (a supervisor can tell this from an outage). The same as `check`'s.
+const EXIT_CONFIG: u8 = check::EXIT_CONFIG;
 
 #[derive(Parser)]
 #[command(
@@ -22,18 +31,27 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Relay outbox events to Kafka, confirming the slot only after acks.
+    /// Exit code 0: stopped on request (SIGTERM, Ctrl-C); 1: failed;
+    /// 2: invalid configuration.
     Run {
         /// Configuration file (TOML).
         #[arg(long, short, env = "OUTBOXD_CONFIG")]
         config: PathBuf,
     },
     /// Print decoded outbox events from the replication slot as JSON lines.
+    /// Peeks: the slot does not move unless --confirm is given.
+    /// Exit code 0: done; 1: failed; 2: invalid configuration.
     Tail {
         /// Configuration file (TOML).
         #[arg(long, short, env = "OUTBOXD_CONFIG")]
         config: PathBuf,
-        /// Peek without moving the slot's confirmed position.
+        /// Confirm the slot up to the last transaction printed in full, so the
+        /// next tail starts after it. This consumes the events from the slot:
+        /// an `outboxd run` on the same slot will never relay them.
         #[arg(long)]
+        confirm: bool,
+        /// Peek without moving the slot (the default; kept for old scripts).
+        #[arg(long, hide = true, conflicts_with = "confirm")]
         no_confirm: bool,
         /// Stop after printing this many events.
         #[arg(long)]
@@ -54,21 +72,48 @@ fn init_logging(format: LogFormat, level: &str) {
     // Colours only for a person at a terminal: escape codes in a log file,
     // journald or `docker logs` get in the way of grep and log shippers.
     use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr);
+    let quiet = outboxd::sink::QuietRdkafka;
     match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().finish().with(quiet).init(),
+        LogFormat::Text => builder.finish().with(quiet).init(),
     }
 }
 
-fn load(path: &PathBuf) -> anyhow::Result<Config> {
-    let cfg = Config::from_file(path)
-        .with_context(|| format!("invalid configuration {}", path.display()))?;
+/// Why a subcommand stopped with an error, which decides its exit code.
+enum Failure {
+    /// The configuration cannot be read, parsed or validated ([`EXIT_CONFIG`]).
+    Config(anyhow::Error),
+    /// Anything after the configuration was accepted ([`EXIT_FAILED`]).
+    Runtime(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Runtime(e)
+    }
+}
+
+/// Reads and validates the configuration (with what the relay needs too
+/// when `for_relay`), starts logging, and derives the source settings.
+fn load(path: &Path, for_relay: bool) -> Result<(Config, SourceSettings), Failure> {
+    let invalid = |e: ConfigError| {
+        Failure::Config(
+            anyhow::Error::new(e).context(format!("invalid configuration {}", path.display())),
+        )
+    };
+    let cfg = Config::from_file(path).map_err(invalid)?;
     init_logging(cfg.log.format, &cfg.log.level);
-    Ok(cfg)
+    if for_relay {
+        cfg.validate_for_relay().map_err(invalid)?;
+    }
+    let source = settings::source_settings(&cfg).map_err(invalid)?;
+    Ok((cfg, source))
 }
 
 async fn shutdown_signal() {
@@ -79,18 +124,16 @@ async fn shutdown_signal() {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Run { config } => {
-            let cfg = load(&config)?;
-            cfg.validate_for_relay()
-                .with_context(|| format!("invalid configuration {}", config.display()))?;
-            let source = settings::source_settings(&cfg)?;
+            let (cfg, source) = load(&config, true)?;
             let slot = cfg.postgres.slot.clone();
             let relay = outboxd::relay::RelaySettings::new(source, cfg);
             if let Some(addr) = relay.config.metrics.listen {
                 let health = std::sync::Arc::clone(&relay.health);
-                outboxd::metrics::serve(addr, std::sync::Arc::clone(&health))?;
+                outboxd::metrics::serve(addr, std::sync::Arc::clone(&health))
+                    .map_err(anyhow::Error::new)?;
                 let every = relay.config.metrics.slot_sample_interval;
                 outboxd::metrics::slot::spawn_sampler(
                     relay.source.conn.clone(),
@@ -105,13 +148,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Tail {
             config,
-            no_confirm,
+            confirm,
+            no_confirm: _,
             limit,
         } => {
-            let cfg = load(&config)?;
-            let source = settings::source_settings(&cfg)?;
+            let (cfg, source) = load(&config, false)?;
             let opts = tail::TailOptions {
-                no_confirm,
+                confirm,
                 limit,
                 status_interval: cfg.postgres.status_interval,
             };
@@ -141,11 +184,11 @@ fn main() -> ExitCode {
     if let Command::Check { config } = &cli.command {
         return ExitCode::from(rt.block_on(check::run(config, &mut std::io::stdout())));
     }
-    match rt.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("outboxd: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let (code, e) = match rt.block_on(run(cli)) {
+        Ok(()) => return ExitCode::SUCCESS,
+        Err(Failure::Config(e)) => (EXIT_CONFIG, e),
+        Err(Failure::Runtime(e)) => (EXIT_FAILED, e),
+    };
+    eprintln!("outboxd: {e:#}");
+    ExitCode::from(code)
 }

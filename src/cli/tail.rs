@@ -1,6 +1,8 @@
 //! `outboxd tail`: print decoded outbox events as JSON lines, like
-//! pg_recvlogical but decoded. Confirms what it printed (whole transactions
-//! only) unless told not to.
+//! pg_recvlogical but decoded. It peeks: the slot does not move, because a
+//! confirmed event is consumed, and `run` on the same slot would never relay
+//! it. Only `confirm` (`--confirm`) confirms what was printed (whole
+//! transactions only).
 
 use std::io::Write;
 
@@ -13,8 +15,9 @@ use crate::Lsn;
 
 #[derive(Debug, Clone, Default)]
 pub struct TailOptions {
-    /// Peek: never move the slot.
-    pub no_confirm: bool,
+    /// Confirm the slot up to the last transaction printed in full. Off by
+    /// default: confirming consumes the events from the slot `run` uses.
+    pub confirm: bool,
     /// Stop after this many events (rounded up to whole transactions for
     /// confirmation: a cut transaction is printed in part, confirmed never).
     pub limit: Option<u64>,
@@ -72,7 +75,7 @@ pub async fn run(
                     out.flush()?;
                     // A transaction cut short by the limit is not confirmed,
                     // so a later tail prints it again in full.
-                    if whole && !opts.no_confirm {
+                    if whole && opts.confirm {
                         confirmed = confirmed.max(lsn);
                     }
                 }
@@ -84,7 +87,7 @@ pub async fn run(
             reply_requested,
         } = received
         {
-            if !opts.no_confirm && !session.in_transaction() && pending.is_empty() {
+            if opts.confirm && !session.in_transaction() && pending.is_empty() {
                 confirmed = confirmed.max(wal_end);
             }
             reply_now = reply_requested;

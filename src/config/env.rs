@@ -19,7 +19,18 @@
 //!   string cannot hold a `'` or a line break, which is reported. Outside quotes
 //!   the value is pasted as-is, so `topic_partitions = ${PARTITIONS:-3}` works.
 
+use std::ops::Range;
+
 use crate::config::error::ConfigError;
+
+/// The substituted text, and where in it each value taken from the
+/// environment landed (byte ranges), so errors quoting a line can mask them:
+/// such a value is often a secret (`${OUTBOXD_PG_URL}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Substituted {
+    pub text: String,
+    pub from_env: Vec<Range<usize>>,
+}
 
 /// Substitutes references using the process environment. Variables that are
 /// not valid UTF-8 count as unset: a config value has to be text.
@@ -29,10 +40,19 @@ pub fn substitute(text: &str) -> Result<String, ConfigError> {
 
 /// Substitutes references using `lookup` in place of the process environment,
 /// so callers (and tests) need not mutate global state.
-pub fn substitute_with<F>(text: &str, mut lookup: F) -> Result<String, ConfigError>
+pub fn substitute_with<F>(text: &str, lookup: F) -> Result<String, ConfigError>
 where
     F: FnMut(&str) -> Option<String>,
 {
+    substitute_tracked(text, lookup).map(|s| s.text)
+}
+
+/// As [`substitute_with`], also returning where the environment's values went.
+pub fn substitute_tracked<F>(text: &str, mut lookup: F) -> Result<Substituted, ConfigError>
+where
+    F: FnMut(&str) -> Option<String>,
+{
+    let mut from_env = Vec::new();
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
     let mut ctx = Ctx::Bare;
@@ -52,10 +72,10 @@ where
         if ctx != Ctx::Comment && rest.starts_with(b"${") && rest.get(2).is_some_and(is_name_start)
         {
             let r = parse_reference(text, i)?;
-            let value = match (lookup(r.name), r.default) {
-                (Some(v), Some(d)) if v.is_empty() => d.to_owned(),
-                (Some(v), _) => escape_for(ctx, r.name, &v, line_of(bytes, i))?,
-                (None, Some(d)) => d.to_owned(),
+            let (value, env) = match (lookup(r.name), r.default) {
+                (Some(v), Some(d)) if v.is_empty() => (d.to_owned(), false),
+                (Some(v), _) => (escape_for(ctx, r.name, &v, line_of(bytes, i))?, true),
+                (None, Some(d)) => (d.to_owned(), false),
                 (None, None) => {
                     return Err(ConfigError::MissingEnv {
                         name: r.name.to_owned(),
@@ -64,6 +84,9 @@ where
                 }
             };
             out.push_str(&text[copied..i]);
+            if env && !value.is_empty() {
+                from_env.push(out.len()..out.len() + value.len());
+            }
             out.push_str(&value);
             i = r.end;
             copied = i;
@@ -74,7 +97,10 @@ where
         i += consumed;
     }
     out.push_str(&text[copied..]);
-    Ok(out)
+    Ok(Substituted {
+        text: out,
+        from_env,
+    })
 }
 
 /// Where in the TOML text the scanner is; decides escaping and comment skipping.

@@ -2,7 +2,10 @@
 //! to act on without reading the source: the file, the variable and line, or
 //! the full dotted key and what to change.
 
+use std::ops::Range;
 use std::path::PathBuf;
+
+use crate::config::redact;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -16,8 +19,9 @@ pub enum ConfigError {
         source: std::io::Error,
     },
 
-    /// The text is not valid TOML or does not fit the schema. toml's message
-    /// already names the offending key and shows the line, so it is kept whole.
+    /// The text is not valid TOML or does not fit the schema. The message
+    /// names the offending key and shows the line, with any secret on it
+    /// masked ([`ConfigError::toml`]).
     #[error("{message}")]
     Parse { message: String },
 
@@ -52,10 +56,14 @@ impl ConfigError {
     }
 }
 
-impl From<toml::de::Error> for ConfigError {
-    fn from(e: toml::de::Error) -> Self {
+impl ConfigError {
+    /// A TOML error from parsing `text`, shown like toml shows it but with
+    /// the secrets on the quoted line masked. `from_env` are the byte ranges
+    /// of `text` substituted from the environment. (No `From` impl: toml's
+    /// own rendering would print the line as it is.)
+    pub fn toml(e: &toml::de::Error, text: &str, from_env: &[Range<usize>]) -> Self {
         ConfigError::Parse {
-            message: e.to_string().trim_end().to_owned(),
+            message: redact::toml_error(e, text, from_env),
         }
     }
 }

@@ -94,12 +94,49 @@ impl KafkaConfig {
     /// Stricter checks for running the relay, which needs a broker.
     pub fn validate_for_relay(&self) -> Result<(), ConfigError> {
         match self.brokers.as_deref() {
-            Some(b) if !b.trim().is_empty() => Ok(()),
-            _ => Err(ConfigError::invalid(
-                "kafka.brokers",
-                "required to run the relay; set it to host:port[,host:port...], e.g. \"127.0.0.1:9092\"",
-            )),
+            Some(b) if !b.trim().is_empty() => {}
+            _ => {
+                return Err(ConfigError::invalid(
+                    "kafka.brokers",
+                    "required to run the relay; set it to host:port[,host:port...], e.g. \"127.0.0.1:9092\"",
+                ))
+            }
         }
+        if !cfg!(feature = "gssapi") {
+            self.refuse_gssapi()?;
+        }
+        Ok(())
+    }
+
+    /// Without the `gssapi` feature librdkafka has no Kerberos; say so by
+    /// key instead of librdkafka's "No provider for SASL mechanism GSSAPI".
+    /// GSSAPI is also librdkafka's default mechanism for a SASL protocol.
+    fn refuse_gssapi(&self) -> Result<(), ConfigError> {
+        let sasl = self
+            .properties
+            .get("security.protocol")
+            .is_some_and(|p| p.to_ascii_lowercase().starts_with("sasl_"));
+        let mechanism = ["sasl.mechanisms", "sasl.mechanism"]
+            .into_iter()
+            .find_map(|k| self.properties.get(k).map(|v| (k, v.trim())));
+        let key = match mechanism {
+            Some((k, m)) if m.eq_ignore_ascii_case("GSSAPI") => k,
+            None if sasl => "sasl.mechanisms",
+            _ => return Ok(()),
+        };
+        let unset = if mechanism.is_none() {
+            " (unset with a SASL security.protocol, librdkafka picks GSSAPI)"
+        } else {
+            ""
+        };
+        Err(ConfigError::invalid(
+            format!("kafka.properties.\"{key}\""),
+            format!(
+                "GSSAPI (Kerberos){unset} needs outboxd built with `--features gssapi` \
+                 (and libsasl2-dev installed to build it); this build supports PLAIN, \
+                 SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER"
+            ),
+        ))
     }
 }
 

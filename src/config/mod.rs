@@ -13,12 +13,15 @@ pub mod log;
 pub mod metrics;
 pub mod outbox;
 pub mod postgres;
+mod redact;
 pub mod relay;
 pub mod routing;
 pub mod units;
 
 #[cfg(test)]
 mod env_tests;
+#[cfg(test)]
+mod redact_tests;
 #[cfg(test)]
 mod routing_tests;
 #[cfg(test)]
@@ -69,7 +72,7 @@ impl Config {
     /// Substitutes environment references from the process environment, then
     /// parses and validates `text`.
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
-        Config::parse_validated(&env::substitute(text)?)
+        Config::from_toml_str_with_env(text, |name| std::env::var(name).ok())
     }
 
     /// As [`Config::from_toml_str`], looking variables up with `lookup`
@@ -78,11 +81,9 @@ impl Config {
     where
         F: FnMut(&str) -> Option<String>,
     {
-        Config::parse_validated(&env::substitute_with(text, lookup)?)
-    }
-
-    fn parse_validated(text: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text)?;
+        let substituted = env::substitute_tracked(text, lookup)?;
+        let config: Config = toml::from_str(&substituted.text)
+            .map_err(|e| ConfigError::toml(&e, &substituted.text, &substituted.from_env))?;
         config.validate()?;
         Ok(config)
     }

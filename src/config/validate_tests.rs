@@ -253,6 +253,41 @@ fn relay_requires_brokers() {
     c.validate_for_relay().unwrap();
 }
 
+/// Without the `gssapi` feature, Kerberos is refused by key, naming the
+/// feature; the built-in mechanisms pass.
+#[cfg(not(feature = "gssapi"))]
+#[test]
+fn gssapi_needs_the_cargo_feature() {
+    let with = |props: &[(&str, &str)]| {
+        let mut c = base();
+        c.kafka.brokers = Some("127.0.0.1:9092".into());
+        for (k, v) in props {
+            c.kafka.properties.insert(k.to_string(), v.to_string());
+        }
+        c.validate_for_relay()
+    };
+    for (props, key) in [
+        (&[("sasl.mechanisms", "GSSAPI")][..], "sasl.mechanisms"),
+        (&[("sasl.mechanism", "gssapi")][..], "sasl.mechanism"),
+        (&[("security.protocol", "SASL_SSL")][..], "sasl.mechanisms"),
+    ] {
+        let err = with(props).unwrap_err();
+        assert_eq!(
+            err.key(),
+            Some(format!("kafka.properties.\"{key}\"").as_str())
+        );
+        assert!(err.to_string().contains("--features gssapi"), "{err}");
+    }
+    for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] {
+        with(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanisms", mechanism),
+        ])
+        .unwrap();
+    }
+    with(&[("security.protocol", "SSL")]).unwrap();
+}
+
 #[test]
 fn log_level_typo() {
     let mut c = base();

@@ -176,7 +176,24 @@ impl<'a> Session<'a> {
         let far = Instant::now() + Duration::from_secs(86400 * 365);
         loop {
             if let Some(deadline) = drain_deadline {
-                let drained = !s.source.in_transaction() && s.tracker.in_flight() == 0;
+                let drained = if s.halted.is_some() {
+                    // Halted: nothing after the poison event is read, so its
+                    // transaction never finishes, and the poison event holds
+                    // its tracker slot for good. Only what the producer still
+                    // holds can be acked: once its reports are all on the
+                    // channel, take them and stop.
+                    let flushed = s.sink.in_queue() == 0;
+                    if flushed {
+                        while let Some(report) = s.sink.try_report() {
+                            if let Some(end) = s.on_report(report).await? {
+                                return Ok(end);
+                            }
+                        }
+                    }
+                    flushed
+                } else {
+                    !s.source.in_transaction() && s.tracker.in_flight() == 0
+                };
                 if drained || Instant::now() >= deadline {
                     let confirmed = s.tracker.confirmable();
                     tracing::info!(%confirmed, unacked = s.tracker.in_flight(), drained, "shutting down");

@@ -422,4 +422,42 @@ mod tests {
             .create_native_config()
             .unwrap();
     }
+
+    /// SASL PLAIN, SCRAM and OAUTHBEARER are built into librdkafka (with
+    /// OpenSSL), so a producer using them starts without libsasl2; Kerberos
+    /// (Cyrus SASL) is compiled in only with the `gssapi` feature. librdkafka
+    /// picks the mechanism's provider when the client is created, so that is
+    /// what is tried.
+    #[test]
+    fn builtin_sasl_mechanisms_need_no_libsasl2() {
+        use rdkafka::producer::BaseProducer;
+        for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] {
+            let p = props(&[
+                ("security.protocol", "SASL_PLAINTEXT"),
+                ("sasl.mechanisms", mechanism),
+                ("sasl.username", "u"),
+                ("sasl.password", "p"),
+            ]);
+            client_config("127.0.0.1:1", &p)
+                .unwrap()
+                .create::<BaseProducer>()
+                .unwrap_or_else(|e| panic!("{mechanism}: {e}"));
+        }
+        if !cfg!(feature = "gssapi") {
+            let p = props(&[
+                ("security.protocol", "SASL_PLAINTEXT"),
+                ("sasl.mechanisms", "GSSAPI"),
+            ]);
+            let err = client_config("127.0.0.1:1", &p)
+                .unwrap()
+                .create::<BaseProducer>()
+                .map(drop)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("No provider for SASL mechanism GSSAPI"),
+                "{err}"
+            );
+        }
+    }
 }

@@ -16,6 +16,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Message};
 use tokio::sync::mpsc::UnboundedSender;
 
+pub(super) use super::client_log::forward_log;
+
 /// The outcome of one record, identified by the id given to `send`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryReport {
@@ -270,28 +272,6 @@ fn produce_errstr(message: &BorrowedMessage<'_>) -> Option<String> {
         CStr::from_ptr(ptr).to_string_lossy().trim().to_owned()
     };
     (!text.is_empty()).then_some(text)
-}
-
-/// librdkafka's log lines as tracing events under the `librdkafka` target.
-pub(super) fn forward_log(level: RDKafkaLogLevel, fac: &str, message: &str) {
-    // Every producer (so every reconnect) warns that the gapless guarantee
-    // is experimental; we enforce it knowingly.
-    let level = if fac == "CONFWARN" && message.contains("enable.gapless.guarantee") {
-        RDKafkaLogLevel::Debug
-    } else {
-        level
-    };
-    match level {
-        RDKafkaLogLevel::Emerg
-        | RDKafkaLogLevel::Alert
-        | RDKafkaLogLevel::Critical
-        | RDKafkaLogLevel::Error => tracing::error!(target: "librdkafka", fac, "{message}"),
-        RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", fac, "{message}"),
-        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-            tracing::info!(target: "librdkafka", fac, "{message}")
-        }
-        RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", fac, "{message}"),
-    }
 }
 
 /// The most verbose level the tracing subscriber wants from librdkafka.

@@ -44,8 +44,9 @@
 //!
 //! Files: `config` (properties, pure), `delivery` (reports and their
 //! classification), `producer` ([`KafkaSink`]), `topics` ([`TopicManager`]),
-//! `error`.
+//! `client_log` (librdkafka's log lines into tracing), `error`.
 
+mod client_log;
 mod config;
 mod delivery;
 mod error;
@@ -55,6 +56,7 @@ mod topics;
 #[cfg(test)]
 mod mock_tests;
 
+pub use client_log::QuietRdkafka;
 pub use config::{admin_client_config, client_config, DEFAULTS, ENFORCED};
 pub use delivery::{
     classify, Delivered, DeliveryContext, DeliveryFailure, DeliveryReport, FailureKind, StatsHook,

@@ -97,3 +97,60 @@ async fn json_log_is_one_object_per_line_and_quiet_per_event() {
         "{log}"
     );
 }
+
+/// librdkafka's errors (here: every broker refuses connections) reach the
+/// log once each, as structured lines of target `librdkafka` naming the
+/// facility and the error, without rdkafka's "Ignored event 'Error' on base
+/// producer poll" after each.
+#[test]
+fn librdkafka_errors_are_logged_once_and_structured() {
+    // A port nothing listens on: connections are refused at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let e = env(
+        &format!("127.0.0.1:{port}"),
+        "kafkalog",
+        "[log]\nformat = \"json\"\n",
+    );
+    let relay = Relay::start_with_env(&e, &[("OUTBOXD_LOG", "info")]);
+    crate::relay::support::wait_for(
+        "librdkafka to report the refused connection",
+        Duration::from_secs(30),
+        || relay.log().contains("Connection refused"),
+    );
+    // Let a few reconnect attempts (and what rdkafka logs after them) land.
+    std::thread::sleep(Duration::from_secs(3));
+    let log = relay.log();
+    assert!(!log.contains("Ignored event"), "{log}");
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|err| panic!("not JSON ({err}): {l:?}")))
+        .collect();
+    let refused: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v.to_string().contains("Connection refused"))
+        .collect();
+    assert!(!refused.is_empty(), "{log}");
+    for v in &refused {
+        assert_eq!(v["target"], "librdkafka", "{v}");
+        assert_eq!(v["level"], "ERROR", "{v}");
+        assert_eq!(v["fields"]["fac"], "FAIL", "{v}");
+        let thread = v["fields"]["thread"].as_str().unwrap_or_default();
+        assert!(
+            thread.contains(&port.to_string()),
+            "no broker thread field: {v}"
+        );
+        let message = v["fields"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(&format!("127.0.0.1:{port}/")), "{v}");
+    }
+    // Nothing else at warn or above while only that happens.
+    let others: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["level"] == "WARN" || v["level"] == "ERROR")
+        .filter(|v| v["target"] != "librdkafka")
+        .collect();
+    assert!(others.is_empty(), "{others:?}");
+}

@@ -238,7 +238,8 @@ async fn tail_yields_exactly_the_committed_rows_in_commit_order() {
     let out = tokio::task::spawn_blocking(move || {
         tail(
             &config,
-            &["--limit", &total.to_string()],
+            // Confirmed, so the sentinel below is the next event.
+            &["--limit", &total.to_string(), "--confirm"],
             Duration::from_secs(180),
         )
     })
