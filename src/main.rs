@@ -34,17 +34,19 @@ enum Command {
     /// Exit code 0: stopped on request (SIGTERM, Ctrl-C); 1: failed;
     /// 2: invalid configuration.
     Run {
-        /// Configuration file (TOML).
+        /// Configuration file (TOML). Optional when OUTBOXD_<SECTION>__<KEY>
+        /// variables supply every required key; they win over the file.
         #[arg(long, short, env = "OUTBOXD_CONFIG")]
-        config: PathBuf,
+        config: Option<PathBuf>,
     },
     /// Print decoded outbox events from the replication slot as JSON lines.
     /// Peeks: the slot does not move unless --confirm is given.
     /// Exit code 0: done; 1: failed; 2: invalid configuration.
     Tail {
-        /// Configuration file (TOML).
+        /// Configuration file (TOML). Optional when OUTBOXD_<SECTION>__<KEY>
+        /// variables supply every required key; they win over the file.
         #[arg(long, short, env = "OUTBOXD_CONFIG")]
-        config: PathBuf,
+        config: Option<PathBuf>,
         /// Confirm the slot up to the last transaction printed in full, so the
         /// next tail starts after it. This consumes the events from the slot:
         /// an `outboxd run` on the same slot will never relay them.
@@ -60,9 +62,10 @@ enum Command {
     /// Check that PostgreSQL and Kafka are ready for `run`, creating nothing.
     /// Exit code 0: ready; 1: a check failed; 2: unreadable configuration.
     Check {
-        /// Configuration file (TOML).
+        /// Configuration file (TOML). Optional when OUTBOXD_<SECTION>__<KEY>
+        /// variables supply every required key; they win over the file.
         #[arg(long, short, env = "OUTBOXD_CONFIG")]
-        config: PathBuf,
+        config: Option<PathBuf>,
     },
 }
 
@@ -101,13 +104,12 @@ impl From<anyhow::Error> for Failure {
 
 /// Reads and validates the configuration (with what the relay needs too
 /// when `for_relay`), starts logging, and derives the source settings.
-fn load(path: &Path, for_relay: bool) -> Result<(Config, SourceSettings), Failure> {
+fn load(path: Option<&Path>, for_relay: bool) -> Result<(Config, SourceSettings), Failure> {
     let invalid = |e: ConfigError| {
-        Failure::Config(
-            anyhow::Error::new(e).context(format!("invalid configuration {}", path.display())),
-        )
+        let what = path.map_or("(from the environment)".into(), |p| p.display().to_string());
+        Failure::Config(anyhow::Error::new(e).context(format!("invalid configuration {what}")))
     };
-    let cfg = Config::from_file(path).map_err(invalid)?;
+    let cfg = Config::load(path).map_err(invalid)?;
     init_logging(cfg.log.format, &cfg.log.level);
     if for_relay {
         cfg.validate_for_relay().map_err(invalid)?;
@@ -127,7 +129,7 @@ async fn shutdown_signal() {
 async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Run { config } => {
-            let (cfg, source) = load(&config, true)?;
+            let (cfg, source) = load(config.as_deref(), true)?;
             let slot = cfg.postgres.slot.clone();
             let relay = outboxd::relay::RelaySettings::new(source, cfg);
             if let Some(addr) = relay.config.metrics.listen {
@@ -152,7 +154,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             no_confirm: _,
             limit,
         } => {
-            let (cfg, source) = load(&config, false)?;
+            let (cfg, source) = load(config.as_deref(), false)?;
             let opts = tail::TailOptions {
                 confirm,
                 limit,
@@ -182,7 +184,7 @@ fn main() -> ExitCode {
         }
     };
     if let Command::Check { config } = &cli.command {
-        return ExitCode::from(rt.block_on(check::run(config, &mut std::io::stdout())));
+        return ExitCode::from(rt.block_on(check::run(config.as_deref(), &mut std::io::stdout())));
     }
     let (code, e) = match rt.block_on(run(cli)) {
         Ok(()) => return ExitCode::SUCCESS,

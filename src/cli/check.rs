@@ -15,7 +15,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::cli::settings;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Origin, Setting};
 
 /// Every check passed (warnings allowed).
 pub const EXIT_OK: u8 = 0;
@@ -150,41 +150,43 @@ impl Report<'_> {
 
 /// Runs every check against the configuration at `path`, printing to `out`;
 /// returns the process exit code ([`EXIT_OK`], [`EXIT_FAIL`], [`EXIT_CONFIG`]).
-pub async fn run(path: &Path, out: &mut dyn Write) -> u8 {
+pub async fn run(path: Option<&Path>, out: &mut dyn Write) -> u8 {
     let mut report = Report {
         out,
         lines: Vec::new(),
     };
-    let cfg = match Config::from_file(path) {
-        Ok(cfg) => cfg,
+    let source_name = path.map_or("the environment".to_owned(), |p| p.display().to_string());
+    let loaded = match Config::load_with_origins(path) {
+        Ok(loaded) => loaded,
         Err(e) => {
             // An I/O error names the path itself; `{:#}` adds the cause
             // (e.g. "No such file or directory").
             let detail = match e {
                 ConfigError::Io { .. } => format!("{:#}", anyhow::Error::new(e)),
-                e => format!("{}: {e}", path.display()),
+                e => format!("{source_name}: {e}"),
             };
             report.add(Line::fail("config", detail));
             report.finish();
             return EXIT_CONFIG;
         }
     };
+    let cfg = loaded.config;
     let for_relay = cfg.validate_for_relay();
     let source = settings::source_settings(&cfg);
     match (&for_relay, &source) {
         (Ok(()), Ok(_)) => report.add(Line::ok(
             "config",
             format!(
-                "{}: valid (slot {:?}, publication {:?}, table {}, brokers {})",
-                path.display(),
+                "{source_name}: valid (slot {:?}, publication {:?}, table {}, brokers {})\n{}",
                 cfg.postgres.slot,
                 cfg.postgres.publication,
                 cfg.outbox.table,
-                cfg.kafka.brokers.as_deref().unwrap_or_default()
+                cfg.kafka.brokers.as_deref().unwrap_or_default(),
+                effective(&loaded.settings),
             ),
         )),
         (Err(e), _) | (_, Err(e)) => {
-            report.add(Line::fail("config", format!("{}: {e}", path.display())))
+            report.add(Line::fail("config", format!("{source_name}: {e}")))
         }
     }
 
@@ -217,6 +219,37 @@ pub async fn run(path: &Path, out: &mut dyn Write) -> u8 {
         report.add(line);
     }
     report.finish()
+}
+
+/// The effective configuration, one key a line with where its value came
+/// from; secrets are masked by [`Config::load_with_origins`].
+fn effective(settings: &[Setting]) -> String {
+    let shown: Vec<(String, String)> = settings
+        .iter()
+        .map(|s| {
+            let kv = match &s.value {
+                Some(v) => format!("{} = {v}", s.key),
+                None => format!("{} (not set)", s.key),
+            };
+            let origin = match &s.origin {
+                Origin::File => "file".to_owned(),
+                Origin::Env(var) => format!("environment {var}"),
+                Origin::Default => "default".to_owned(),
+            };
+            (kv, origin)
+        })
+        .collect();
+    let width = shown
+        .iter()
+        .map(|(kv, _)| kv.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(64);
+    let mut text = String::from("effective configuration (value, then where it came from):");
+    for (kv, origin) in shown {
+        text.push_str(&format!("\n  {kv:<width$}  {origin}"));
+    }
+    text
 }
 
 #[cfg(test)]
@@ -266,7 +299,7 @@ mod tests {
     #[tokio::test]
     async fn unreadable_config_exits_2() {
         let mut buf = Vec::new();
-        let code = run(Path::new("/nonexistent/outboxd.toml"), &mut buf).await;
+        let code = run(Some(Path::new("/nonexistent/outboxd.toml")), &mut buf).await;
         assert_eq!(code, EXIT_CONFIG);
         let text = String::from_utf8(buf).unwrap();
         assert!(text.starts_with("FAIL  config"), "{text}");

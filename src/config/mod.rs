@@ -12,6 +12,7 @@ pub mod kafka;
 pub mod log;
 pub mod metrics;
 pub mod outbox;
+pub mod overrides;
 pub mod postgres;
 mod redact;
 pub mod relay;
@@ -29,6 +30,7 @@ mod tests;
 #[cfg(test)]
 mod validate_tests;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -38,6 +40,8 @@ pub use kafka::KafkaConfig;
 pub use log::{LogConfig, LogFormat};
 pub use metrics::MetricsConfig;
 pub use outbox::{ColumnsConfig, OutboxConfig};
+pub use overrides::Origin;
+
 pub use postgres::{PasswordSource, PostgresConfig};
 pub use relay::{OnError, RelayConfig};
 pub use routing::{RoutingConfig, RoutingRule, TemplatePart, ValueFormat};
@@ -58,15 +62,106 @@ pub struct Config {
 
 impl Config {
     /// Reads, substitutes environment references, parses and validates the
-    /// file at `path`. Only the `Io` error names the path; callers add it as
-    /// context for the others (as `main` does), so it is not printed twice.
+    /// file at `path`, with the environment's `OUTBOXD_<SECTION>__<KEY>`
+    /// variables applied over it ([`overrides`]). Only the `Io` error names
+    /// the path; callers add it as context for the others (as `main` does),
+    /// so it is not printed twice.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-        Config::from_toml_str(&text)
+        Config::load(Some(path.as_ref()))
+    }
+
+    /// As [`Config::from_file`], the file being optional: without one the
+    /// environment has to supply every required key.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Ok(Config::load_from(path, &process_env())?.config)
+    }
+
+    /// As [`Config::load`], with where each value came from (for `check`).
+    pub fn load_with_origins(path: Option<&Path>) -> Result<Loaded, ConfigError> {
+        Config::load_from(path, &process_env())
+    }
+
+    /// The configuration from the file at `path` (if any) and `vars` (the
+    /// environment: `${...}` references and `OUTBOXD_..__..` keys), with
+    /// where each value came from.
+    pub fn load_from(
+        path: Option<&Path>,
+        vars: &[(String, String)],
+    ) -> Result<Loaded, ConfigError> {
+        let text = match path {
+            Some(path) => std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+                path: path.to_owned(),
+                source,
+            })?,
+            None => String::new(),
+        };
+        let lookup = |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let substituted = env::substitute_tracked(&text, lookup)?;
+        let toml_error =
+            |e: toml::de::Error| ConfigError::toml(&e, &substituted.text, &substituted.from_env);
+        // The file alone first, so its errors quote its own lines.
+        let from_file: Config = toml::from_str(&substituted.text).map_err(toml_error)?;
+        let mut table: toml::Table = toml::from_str(&substituted.text).map_err(toml_error)?;
+        let mut origins = BTreeMap::new();
+        let mut file_values = BTreeMap::new();
+        overrides::flatten("", &table, &mut file_values);
+        for key in file_values.keys() {
+            origins.insert(key.clone(), Origin::File);
+        }
+        let set = overrides::collect(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        let config = if set.is_empty() {
+            from_file
+        } else {
+            for o in &set {
+                overrides::apply(&mut table, o)?;
+                // A whole table set at once replaces what the file had in it.
+                origins.retain(|k, _| !k.starts_with(&format!("{}.", o.dotted())));
+                let mut leaves = BTreeMap::new();
+                match &o.value {
+                    toml::Value::Table(t) => overrides::flatten(&o.dotted(), t, &mut leaves),
+                    v => {
+                        leaves.insert(o.dotted(), v.clone());
+                    }
+                }
+                for key in leaves.into_keys() {
+                    origins.insert(key, Origin::Env(o.var.clone()));
+                }
+            }
+            // Rendered and parsed again, so an error names the key.
+            let merged = toml::to_string(&table).map_err(|e| ConfigError::Parse {
+                message: format!("cannot combine the file with the OUTBOXD_ variables: {e}"),
+            })?;
+            toml::from_str(&merged).map_err(|e| {
+                let vars: Vec<&str> = set.iter().map(|o| o.var.as_str()).collect();
+                let rendered = ConfigError::toml(&e, &merged, &[]);
+                ConfigError::Parse {
+                    message: format!(
+                        "the configuration with the environment's {} does not fit: {rendered}",
+                        vars.join(", ")
+                    ),
+                }
+            })?
+        };
+        config.validate()?;
+        let mut values = BTreeMap::new();
+        overrides::flatten("", &table, &mut values);
+        let mut settings: Vec<Setting> = values
+            .into_iter()
+            .map(|(key, value)| {
+                let origin = origins.get(&key).cloned().unwrap_or(Origin::File);
+                Setting::new(key, Some(&value), origin)
+            })
+            .collect();
+        for (key, default) in overrides::documented_defaults() {
+            if !settings
+                .iter()
+                .any(|s| s.key == key || s.key.starts_with(&format!("{key}.")))
+            {
+                settings.push(Setting::new(key.to_owned(), default, Origin::Default));
+            }
+        }
+        settings.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(Loaded { config, settings })
     }
 
     /// Substitutes environment references from the process environment, then
@@ -107,4 +202,41 @@ impl Config {
         self.validate()?;
         self.kafka.validate_for_relay()
     }
+}
+
+/// A configuration and where each of its values came from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    /// Every key that is set, and every documented key left at its default,
+    /// sorted by key.
+    pub settings: Vec<Setting>,
+}
+
+/// One key of the effective configuration, for `outboxd check`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setting {
+    pub key: String,
+    /// As TOML, secrets masked; `None` for a key with no default that is
+    /// not set.
+    pub value: Option<String>,
+    pub origin: Origin,
+}
+
+impl Setting {
+    fn new(key: String, value: Option<&toml::Value>, origin: Origin) -> Setting {
+        let value = value.map(|v| {
+            let line = format!("{key} = {v}");
+            redact::mask_line(&line)[key.len() + 3..].to_owned()
+        });
+        Setting { key, value, origin }
+    }
+}
+
+/// The process environment, as far as it is UTF-8 (a config value has to be
+/// text; other variables cannot be references or keys).
+fn process_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
 }

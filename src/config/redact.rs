@@ -103,6 +103,11 @@ fn apply(line: &str, masks: &[Range<usize>], at: usize) -> (String, usize) {
     (out, caret)
 }
 
+/// `key = value` with every secret in it masked (for listing a setting).
+pub(crate) fn mask_line(line: &str) -> String {
+    apply(line, &secret_ranges(line, 0, &[]), 0).0
+}
+
 /// The byte ranges of `line` (which starts at byte `line_start` of the
 /// substituted text) that hold secrets: sorted, merged.
 pub(crate) fn secret_ranges(

@@ -3,7 +3,7 @@
 //! line with the message naming the fix, and exit code 1 (2 for a config
 //! that cannot be read).
 
-mod support;
+pub(crate) mod support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -2,8 +2,9 @@
 //! secrets in the output of every subcommand, logs, and the
 //! Prometheus dashboards and alert rules, against real servers.
 
-mod check;
+pub(crate) mod check;
 mod cli;
+mod env_overrides;
 mod helm;
 mod logs;
 mod metrics;

@@ -132,9 +132,20 @@ impl std::fmt::Display for Checked {
 
 /// Runs `outboxd check`; the output is printed, so a failing test shows it.
 pub fn check(config: &Path) -> Checked {
-    let mut child = Command::new(bin())
-        .args(["check", "--config"])
-        .arg(config)
+    check_with(Some(config), &[])
+}
+
+/// `outboxd check`, with or without a file, with extra environment
+/// variables (`OUTBOXD_<SECTION>__<KEY>` overrides among them).
+pub fn check_with(config: Option<&Path>, vars: &[(&str, &str)]) -> Checked {
+    let mut cmd = Command::new(bin());
+    cmd.arg("check");
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let mut child = cmd
+        .env_remove("OUTBOXD_CONFIG")
+        .envs(vars.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -154,7 +165,8 @@ pub fn check(config: &Path) -> Checked {
         stdout: reader.join().unwrap(),
         stderr,
     };
-    println!("$ outboxd check --config {}\n{out}", config.display());
+    let shown = config.map_or("(no file)".into(), |c| c.display().to_string());
+    println!("$ outboxd check --config {shown}\n{out}");
     out
 }
 
