@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::harness::kafka::shared;
-use crate::harness::outboxd::bin;
+use crate::harness::outboxd::{bin, tail};
 use crate::harness::pg::{Auth, PgCluster, PgOptions};
 use crate::relay::support::{self, confirmed_lsn, lsn_now, wait_for, Relay};
 
@@ -238,4 +238,37 @@ fn gssapi_without_the_feature_is_refused_naming_it() {
         out.text
     );
     assert!(out.text.contains("--features gssapi"), "{}", out.text);
+}
+
+/// What operators did: `tail --limit 1` on the slot `run` uses, to look at
+/// the next event, then `run`. The event still reaches Kafka.
+#[test]
+fn run_relays_what_tail_printed() {
+    let broker = shared();
+    let e = support::env(broker.bootstrap(), "tailthenrun", "");
+    e.pg.psql(
+        "app",
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('t', 'a', 'peeked', '{\"n\": 1}')",
+    );
+    let before = confirmed_lsn(&e.pg, "tailthenrun");
+    let peek = tail(&e.config, &["--limit", "1"], Duration::from_secs(60));
+    assert!(peek.success, "{}", peek.stderr);
+    assert_eq!(peek.events.len(), 1, "{}", peek.stderr);
+    let moved = confirmed_lsn(&e.pg, "tailthenrun");
+
+    let relay = Relay::start(&e);
+    let got = broker.consume_all("tailthenrun.t", 1, Duration::from_secs(30));
+    assert_eq!(
+        got.len(),
+        1,
+        "the event tail printed was not relayed (tail moved the slot from {before} to {moved}):\n{}",
+        relay.log()
+    );
+    assert_eq!(moved, before, "tail moved the slot");
+    assert!(
+        got[0].value_str().unwrap().contains("\"n\": 1"),
+        "{:?}",
+        got[0].value_str()
+    );
 }
