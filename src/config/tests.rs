@@ -47,6 +47,7 @@ const ALL_KEYS: &[&str] = &[
     "relay.shutdown_timeout",
     "relay.reconnect_backoff_min",
     "relay.reconnect_backoff_max",
+    "relay.max_permanent_failures",
     "metrics.listen",
     "metrics.slot_sample_interval",
     "metrics.stall_threshold",

@@ -28,9 +28,9 @@ pub async fn connect_sql(params: &ConnParams) -> Result<Client, AdminError> {
         SslMode::Prefer => PgSslMode::Prefer,
         SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => PgSslMode::Require,
     });
-    let connect_err = |source| AdminError::Connect {
+    let connect_err = |error| AdminError::Connect {
         server: params.describe(),
-        source,
+        error,
     };
     let client = match tls::client_config(params)? {
         None => {

@@ -11,11 +11,18 @@ use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_postgres::error::SqlState;
 
 use super::conn_params::{ConnParams, SslMode};
 use super::error::{ReplicationError, ServerError};
 use super::framed::{Frame, FramedConnection, Socket};
 use super::tls;
+
+/// Refusals of the login itself: a wrong password, or pg_hba.conf.
+const AUTH_SQLSTATES: [SqlState; 2] = [
+    SqlState::INVALID_PASSWORD,
+    SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+];
 
 /// An authenticated walsender connection, ready for replication commands.
 pub struct WalConnection {
@@ -129,16 +136,27 @@ async fn negotiate_tls(
     }
     let name = tls::server_name(&params.host)?;
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(&config));
-    let stream = connector
-        .connect(name, tcp)
-        .await
-        .map_err(|e| ReplicationError::Tls {
-            server: server.to_string(),
-            reason: format!(
-                "{e} (sslmode={}, sslrootcert={:?})",
-                params.sslmode, params.sslrootcert
-            ),
-        })?;
+    let stream = connector.connect(name, tcp).await.map_err(|e| {
+        match tls::certificate_problem(&e) {
+            // Verification failed: a setting to fix, not a network problem.
+            Some(problem) => ReplicationError::Tls {
+                server: server.to_string(),
+                reason: format!(
+                    "{problem} (sslmode={}, sslrootcert={:?})",
+                    params.sslmode, params.sslrootcert
+                ),
+            },
+            // Any other TLS failure (no common version or cipher, an alert
+            // from the server) is no network problem either.
+            None if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) => {
+                ReplicationError::Tls {
+                    server: server.to_string(),
+                    reason: format!("{e} (sslmode={})", params.sslmode),
+                }
+            }
+            None => io_err(e),
+        }
+    })?;
     Ok(Box::new(stream))
 }
 
@@ -207,8 +225,7 @@ async fn authenticate(
             }
             Message::ErrorResponse(body) => {
                 let error = ServerError::from_body(&body);
-                // 28P01 invalid password, 28000 invalid authorization (pg_hba).
-                return Err(if error.code.starts_with("28") {
+                return Err(if AUTH_SQLSTATES.contains(&error.sqlstate()) {
                     auth_err(error.to_string())
                 } else {
                     framed.server_err(error)
