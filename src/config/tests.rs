@@ -18,6 +18,7 @@ const ALL_KEYS: &[&str] = &[
     "postgres.create_publication",
     "postgres.status_interval",
     "postgres.connect_timeout",
+    "postgres.stream_timeout",
     "outbox.table",
     "outbox.message_prefix",
     "outbox.columns.id",

@@ -2,6 +2,7 @@
 //! delivery guarantees, including under faults.
 
 mod backpressure;
+mod dead_link;
 mod e2e;
 mod faults;
 mod pg_restart;

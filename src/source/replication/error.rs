@@ -161,6 +161,11 @@ pub enum ReplicationError {
     Protocol { server: String, reason: String },
     #[error("{server} closed the replication connection")]
     Closed { server: String },
+    #[error(
+        "nothing received from {server} for {seconds}s although outboxd asked for a reply \
+         (postgres.stream_timeout): the link is presumed dead"
+    )]
+    Silent { server: String, seconds: u64 },
 }
 
 impl ReplicationError {
@@ -174,7 +179,8 @@ impl ReplicationError {
         match self {
             ReplicationError::Io { .. }
             | ReplicationError::ConnectTimeout { .. }
-            | ReplicationError::Closed { .. } => Disposition::Transient,
+            | ReplicationError::Closed { .. }
+            | ReplicationError::Silent { .. } => Disposition::Transient,
             ReplicationError::TlsConfig(_)
             | ReplicationError::Tls { .. }
             | ReplicationError::Auth { .. } => Disposition::Permanent,
