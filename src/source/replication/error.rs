@@ -49,8 +49,9 @@ pub fn sqlstate_fix(code: &SqlState) -> Option<&'static str> {
     Some(if *code == SqlState::INVALID_PASSWORD {
         "fix the password: in postgres.url, or in what postgres.password_env or postgres.password_file names"
     } else if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION {
-        "the server's pg_hba.conf refuses this user, database or address (for the walsender, its \"replication\" \
-         database line counts): add a matching line and reload PostgreSQL, or fix the user in postgres.url"
+        "the server's pg_hba.conf refuses this user, database or address: add a matching host line \
+         (for the database; logical replication does not use the \"replication\" lines) and reload \
+         PostgreSQL, or fix the user in postgres.url"
     } else if *code == SqlState::INVALID_CATALOG_NAME {
         "fix the database name in postgres.url"
     } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
