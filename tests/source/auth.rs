@@ -299,11 +299,13 @@ fn assert_gives_up(out: &RunOutcome, what: &str, needles: &[&str]) {
 const GIVE_UP_WITHIN: Duration = Duration::from_secs(30);
 
 #[test]
-fn run_stops_on_wrong_password_unknown_database_pg_hba_and_missing_replication() {
+fn run_stops_on_wrong_password_unknown_database_pg_hba_and_missing_privileges() {
     let pg = PgCluster::start(PgOptions::default().with_auth(Auth::Scram));
     pg.create_role("relay_user", "right", "REPLICATION SUPERUSER");
     pg.create_role("refused_user", "pw", "REPLICATION SUPERUSER");
     pg.create_role("plain_user", "pw", "");
+    pg.create_database("locked");
+    pg.psql("postgres", "REVOKE CONNECT ON DATABASE locked FROM PUBLIC");
     pg.psql("postgres", "CREATE TABLE outbox (id int)");
     pg.write_hba(
         "local all all trust\nlocal replication all trust\n\
@@ -359,6 +361,23 @@ fn run_stops_on_wrong_password_unknown_database_pg_hba_and_missing_replication()
             "SQLSTATE 28000",
             "pg_hba.conf rejects connection",
             "refused_user",
+        ],
+    );
+
+    // The server's own 42501: no CONNECT privilege on the database.
+    let out = run_relay(
+        dir.path(),
+        "noconnect",
+        &url("plain_user", "pw", "locked"),
+        GIVE_UP_WITHIN,
+    );
+    assert_gives_up(
+        &out,
+        "no CONNECT privilege",
+        &[
+            "SQLSTATE 42501",
+            "permission denied for database \"locked\"",
+            "use another user in postgres.url",
         ],
     );
 

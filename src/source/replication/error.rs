@@ -55,7 +55,8 @@ pub fn sqlstate_fix(code: &SqlState) -> Option<&'static str> {
     } else if *code == SqlState::INVALID_CATALOG_NAME {
         "fix the database name in postgres.url"
     } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
-        "grant the role what it lacks (ALTER ROLE ... REPLICATION for streaming), or use another user in postgres.url"
+        "grant the role the privilege the message names (e.g. GRANT CONNECT ON DATABASE, \
+         ALTER ROLE ... REPLICATION), or use another user in postgres.url"
     } else {
         return None;
     })
