@@ -21,8 +21,11 @@ pub enum Disposition {
 }
 
 /// Server errors that a reconnect can cure: shutdowns and restarts, a full
-/// server, a dropped connection.
-const TRANSIENT_SQLSTATES: [SqlState; 8] = [
+/// server, a dropped connection, and the slot still held by the walsender
+/// of a connection that died on our side only (until the server's
+/// wal_sender_timeout ends it), as `AdminError::SlotActive` already is.
+const TRANSIENT_SQLSTATES: [SqlState; 9] = [
+    SqlState::OBJECT_IN_USE,
     SqlState::ADMIN_SHUTDOWN,
     SqlState::CRASH_SHUTDOWN,
     SqlState::CANNOT_CONNECT_NOW,
@@ -221,7 +224,7 @@ mod tests {
         for code in ["28P01", "28000", "3D000", "42501"] {
             assert_eq!(server(code).disposition(), Disposition::Permanent, "{code}");
         }
-        for code in ["57P01", "57P03", "53300", "08006"] {
+        for code in ["57P01", "57P03", "53300", "08006", "55006"] {
             assert_eq!(server(code).disposition(), Disposition::Transient, "{code}");
         }
         assert_eq!(server("XX000").disposition(), Disposition::Fatal);
