@@ -21,6 +21,11 @@ pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(1);
 /// Connection timeout. 10s tolerates a slow TLS handshake across regions but
 /// still fails fast enough for an orchestrator to notice a dead database.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the replication stream may stay silent before the link is
+/// presumed dead. Silence is broken on purpose (a status update asking for a
+/// reply after a third of this), so only a dead link or server stays silent
+/// this long; 30 s is half the server's default wal_sender_timeout.
+pub const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(30);
 /// PostgreSQL truncates identifiers to NAMEDATALEN-1 = 63 bytes.
 pub const MAX_IDENTIFIER_BYTES: usize = 63;
 
@@ -42,6 +47,8 @@ pub struct PostgresConfig {
     pub status_interval: Duration,
     #[serde(deserialize_with = "de_duration")]
     pub connect_timeout: Duration,
+    #[serde(deserialize_with = "de_duration")]
+    pub stream_timeout: Duration,
 }
 
 impl Default for PostgresConfig {
@@ -56,6 +63,7 @@ impl Default for PostgresConfig {
             create_publication: true,
             status_interval: DEFAULT_STATUS_INTERVAL,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            stream_timeout: DEFAULT_STREAM_TIMEOUT,
         }
     }
 }
@@ -180,6 +188,7 @@ impl PostgresConfig {
         for (key, d) in [
             ("postgres.status_interval", self.status_interval),
             ("postgres.connect_timeout", self.connect_timeout),
+            ("postgres.stream_timeout", self.stream_timeout),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::invalid(
@@ -187,6 +196,12 @@ impl PostgresConfig {
                     "must be greater than zero, e.g. \"1s\"",
                 ));
             }
+        }
+        if self.stream_timeout < Duration::from_secs(3) {
+            return Err(ConfigError::invalid(
+                "postgres.stream_timeout",
+                "must be at least \"3s\": a shorter one declares a busy but healthy link dead",
+            ));
         }
         Ok(())
     }

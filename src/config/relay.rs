@@ -25,6 +25,14 @@ pub const DEFAULT_RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// without hammering a database that is coming back up.
 pub const DEFAULT_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
+/// Attempts in a row that fail for a reason retrying cannot fix (a wrong
+/// password, pg_hba.conf, an unknown database, a missing privilege, an
+/// untrusted certificate, slot or publication settings) before `run` exits.
+/// A few ride out a change being rolled out (a password rotated on both
+/// sides); an orchestrator then sees the failure instead of a process that
+/// looks alive.
+pub const DEFAULT_MAX_PERMANENT_FAILURES: u32 = 3;
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RelayConfig {
@@ -40,6 +48,7 @@ pub struct RelayConfig {
     pub reconnect_backoff_min: Duration,
     #[serde(deserialize_with = "de_duration")]
     pub reconnect_backoff_max: Duration,
+    pub max_permanent_failures: u32,
 }
 
 impl Default for RelayConfig {
@@ -52,6 +61,7 @@ impl Default for RelayConfig {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             reconnect_backoff_min: DEFAULT_RECONNECT_BACKOFF_MIN,
             reconnect_backoff_max: DEFAULT_RECONNECT_BACKOFF_MAX,
+            max_permanent_failures: DEFAULT_MAX_PERMANENT_FAILURES,
         }
     }
 }
@@ -87,6 +97,12 @@ impl RelayConfig {
             return Err(ConfigError::invalid(
                 "relay.reconnect_backoff_min",
                 "must be greater than zero, e.g. \"500ms\", so reconnects do not spin",
+            ));
+        }
+        if self.max_permanent_failures == 0 {
+            return Err(ConfigError::invalid(
+                "relay.max_permanent_failures",
+                format!("must be at least 1 (default {DEFAULT_MAX_PERMANENT_FAILURES})"),
             ));
         }
         if self.reconnect_backoff_min > self.reconnect_backoff_max {

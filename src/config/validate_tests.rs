@@ -296,3 +296,19 @@ fn log_level_typo() {
     c.log.level = "warn,outboxd=trace".into();
     c.validate().unwrap();
 }
+
+#[test]
+fn stream_timeout_leaves_room_for_a_reply() {
+    let mut c = base();
+    c.postgres.stream_timeout = Duration::ZERO;
+    assert_invalid(&c, "postgres.stream_timeout", "greater than zero");
+    c.postgres.stream_timeout = Duration::from_secs(2);
+    assert_invalid(&c, "postgres.stream_timeout", "at least \"3s\"");
+}
+
+#[test]
+fn max_permanent_failures_at_least_one() {
+    let mut c = base();
+    c.relay.max_permanent_failures = 0;
+    assert_invalid(&c, "relay.max_permanent_failures", "at least 1");
+}

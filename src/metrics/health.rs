@@ -46,6 +46,8 @@ pub struct Health {
     kafka_failed: AtomicBool,
     kafka_ever: AtomicBool,
     halted: Mutex<Option<String>>,
+    /// Why the last PostgreSQL session failed, for `/readyz`.
+    postgres_cause: Mutex<Option<String>>,
     /// Start of the open outage per side, for the "ended after" line.
     outages: Mutex<[Option<Instant>; 2]>,
     in_flight: AtomicU64,
@@ -80,6 +82,7 @@ impl Health {
             kafka_failed: AtomicBool::new(false),
             kafka_ever: AtomicBool::new(false),
             halted: Mutex::new(None),
+            postgres_cause: Mutex::new(None),
             outages: Mutex::new([None, None]),
             in_flight: AtomicU64::new(0),
             confirmed: AtomicU64::new(0),
@@ -100,6 +103,10 @@ impl Health {
     /// A replication stream is open.
     pub fn postgres_up(&self) {
         self.postgres.store(true, Relaxed);
+        *self
+            .postgres_cause
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
         self.resample.notify_one();
         self.outage_ended(Side::Postgres);
     }
@@ -109,6 +116,10 @@ impl Health {
     pub fn postgres_down(&self, cause: Option<&str>) {
         self.postgres.store(false, Relaxed);
         if let Some(cause) = cause {
+            *self
+                .postgres_cause
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(cause.replace('\n', " "));
             self.outage_started(Side::Postgres, cause);
         }
     }
@@ -243,7 +254,16 @@ impl Health {
             return Err(format!("halted: {}", reason.replace('\n', " ")));
         }
         if !self.postgres_connected() {
-            return Err("not connected to PostgreSQL (no replication stream open)".into());
+            return Err(
+                match &*self
+                    .postgres_cause
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                {
+                    Some(cause) => format!("not connected to PostgreSQL: {cause}"),
+                    None => "not connected to PostgreSQL (no replication stream open)".into(),
+                },
+            );
         }
         if !self.kafka_connected() {
             return Err("not connected to Kafka (no acknowledgement or broker connection since the last failure)".into());

@@ -28,6 +28,7 @@ use crate::config::{Config, OnError};
 use crate::metrics::{self as m, Health};
 use crate::outbox::{MappingConfigError, RecordMapper};
 use crate::sink::SinkError;
+use crate::source::replication::error::Disposition;
 use crate::source::session::{SourceError, SourceSettings};
 
 pub use dead_letter::{
@@ -48,14 +49,34 @@ pub enum RelayError {
     Sink(#[from] SinkError),
     #[error(transparent)]
     Mapping(#[from] MappingConfigError),
+    /// The last error is rendered here rather than kept as the source, so
+    /// the message says it once.
+    #[error(
+        "gave up after {attempts} attempts in a row failed for a reason reconnecting cannot fix \
+         (relay.max_permanent_failures = {attempts}): {last}"
+    )]
+    GaveUp {
+        attempts: u32,
+        last: Box<RelayError>,
+    },
 }
 
 impl RelayError {
-    fn is_retryable(&self) -> bool {
+    /// Reconnect (how often), or stop.
+    fn disposition(&self) -> Disposition {
+        let by_retry = |retryable: bool| {
+            if retryable {
+                Disposition::Transient
+            } else {
+                Disposition::Fatal
+            }
+        };
         match self {
-            RelayError::Source(e) => e.is_retryable(),
-            RelayError::Sink(e) => e.is_retryable(),
-            RelayError::Mapping(_) => false,
+            RelayError::Source(SourceError::Admin(e)) => e.disposition(),
+            RelayError::Source(SourceError::Replication(e)) => e.disposition(),
+            RelayError::Source(e) => by_retry(e.is_retryable()),
+            RelayError::Sink(e) => by_retry(e.is_retryable()),
+            RelayError::Mapping(_) | RelayError::GaveUp { .. } => Disposition::Fatal,
         }
     }
 }
@@ -104,6 +125,8 @@ pub async fn run(
     register_metrics(&settings.config);
     let health = &settings.health;
     let mut backoff = relay.reconnect_backoff_min;
+    // Permanent failures in a row; anything else starts the count over.
+    let mut permanent = 0;
     loop {
         let started = Instant::now();
         let result = Session::run(&settings, &mut mapper, &mut poison, stop_rx.clone()).await;
@@ -115,8 +138,24 @@ pub async fn run(
             Ok(SessionEnd::Shutdown) => return Ok(()),
             // Kafka-side ends; the session marked Kafka down if it was a
             // transport failure (a refused event is no outage).
-            Ok(SessionEnd::Reconnect(cause)) => cause,
-            Err(e) if e.is_retryable() => {
+            Ok(SessionEnd::Reconnect(cause)) => {
+                permanent = 0;
+                cause
+            }
+            Err(e) => {
+                match e.disposition() {
+                    Disposition::Fatal => return Err(e),
+                    Disposition::Permanent => {
+                        permanent += 1;
+                        if permanent >= relay.max_permanent_failures {
+                            return Err(RelayError::GaveUp {
+                                attempts: permanent,
+                                last: Box::new(e),
+                            });
+                        }
+                    }
+                    Disposition::Transient => permanent = 0,
+                }
                 let cause = e.to_string();
                 match e {
                     RelayError::Source(_) => health.postgres_down(Some(&cause)),
@@ -124,13 +163,22 @@ pub async fn run(
                 }
                 cause
             }
-            Err(e) => return Err(e),
         };
         if started.elapsed() >= HEALTHY_SESSION {
             backoff = relay.reconnect_backoff_min;
         }
         metrics::counter!(crate::metrics::RECONNECTS, "cause" => cause_label(&cause)).increment(1);
-        tracing::warn!(%cause, backoff_ms = backoff.as_millis() as u64, "relay interrupted; resuming from the slot");
+        if permanent > 0 {
+            tracing::error!(
+                %cause,
+                attempt = permanent,
+                max_permanent_failures = relay.max_permanent_failures,
+                backoff_ms = backoff.as_millis() as u64,
+                "cannot start the relay; retrying, then stopping unless the cause is fixed"
+            );
+        } else {
+            tracing::warn!(%cause, backoff_ms = backoff.as_millis() as u64, "relay interrupted; resuming from the slot");
+        }
         let mut stop = stop_rx.clone();
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}

@@ -171,6 +171,9 @@ impl<'a> Session<'a> {
         };
         let relay = &settings.config.relay;
         let interval = settings.config.postgres.status_interval;
+        s.source
+            .stream()
+            .set_stream_timeout(settings.config.postgres.stream_timeout);
         let mut items = Vec::new();
         let mut drain_deadline: Option<Instant> = None;
         let far = Instant::now() + Duration::from_secs(86400 * 365);
@@ -216,7 +219,17 @@ impl<'a> Session<'a> {
                 && s.halted.is_none()
                 && s.resend.is_empty()
                 && (drain_deadline.is_none() || s.source.in_transaction());
-            let status_at = Instant::from_std(s.source.stream().next_status_deadline(interval));
+            if !reading {
+                // Not listening is no silence (see `reset_silence`).
+                s.source.stream().reset_silence();
+            }
+            let stream = s.source.stream();
+            let status_at = Instant::from_std(
+                stream
+                    .next_status_deadline(interval)
+                    .min(stream.next_probe()),
+            );
+            let dead_at = Instant::from_std(stream.dead_at());
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|v| *v), if drain_deadline.is_none() => {
@@ -227,6 +240,9 @@ impl<'a> Session<'a> {
                     let Some(report) = report else {
                         return Ok(SessionEnd::Reconnect("Kafka producer stopped".into()));
                     };
+                    // A report may be handled at length (a suspect retried,
+                    // a dead letter sent); that time is no silence.
+                    let busy_from = std::time::Instant::now();
                     if let Some(end) = s.on_report(report).await? {
                         return Ok(end);
                     }
@@ -237,9 +253,14 @@ impl<'a> Session<'a> {
                             return Ok(end);
                         }
                     }
+                    s.source.stream().not_listening_since(busy_from);
                 }
                 _ = tokio::time::sleep_until(status_at) => {}
                 _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() => {}
+                // Nothing arrived, not even the answer to a reply request.
+                _ = tokio::time::sleep_until(dead_at), if reading => {
+                    return Err(SourceError::from(s.source.stream().silent_error()).into());
+                }
                 received = s.source.next(&mut items), if reading => {
                     let received = received?;
                     s.received_at = Instant::now();
@@ -256,16 +277,20 @@ impl<'a> Session<'a> {
                             s.source.stream().send_status(s.tracker.confirmable(), false).await.map_err(SourceError::from)?;
                         }
                     }
+                    // The handlers may have waited on Kafka meanwhile.
+                    s.source.stream().reset_silence();
                 }
             }
             let confirmable = s.tracker.confirmable();
-            if s.source
-                .stream()
-                .status_due(confirmable, interval, MIN_STATUS_GAP)
+            let probe = s.source.stream().probe_due();
+            if probe
+                || s.source
+                    .stream()
+                    .status_due(confirmable, interval, MIN_STATUS_GAP)
             {
                 s.source
                     .stream()
-                    .send_status(confirmable, false)
+                    .send_status(confirmable, probe)
                     .await
                     .map_err(SourceError::from)?;
                 m::gauge_lsn(m::CONFIRMED_LSN, s.source.stream().last_sent());

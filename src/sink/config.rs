@@ -31,7 +31,7 @@ pub const ENFORCED: [(&str, &str); 3] = [
 
 /// outboxd's defaults: `(property, its librdkafka aliases, value)`. A default
 /// applies only if the user set none of the names.
-pub const DEFAULTS: [(&str, &[&str], &str); 5] = [
+pub const DEFAULTS: [(&str, &[&str], &str); 7] = [
     // One produce request in flight per broker: a later request can then
     // never overtake a refused earlier one. Idempotence alone does not
     // prevent that before Kafka 4.5: a broker with no state for the producer
@@ -59,6 +59,13 @@ pub const DEFAULTS: [(&str, &[&str], &str); 5] = [
     // a broker with auto.create.topics.enable create it with the broker's
     // defaults. Topics are created by the TopicManager, with kafka.topic_*.
     ("allow.auto.create.topics", &[], "false"),
+    // A broker behind a link that drops packets without a reset: requests
+    // time out after 30 s (librdkafka: 60 s), in step with
+    // message.timeout.ms, so the relay reconnects within about the time it
+    // gives PostgreSQL (postgres.stream_timeout); keepalives let the kernel
+    // notice an idle dead connection and keep NAT entries alive.
+    ("socket.timeout.ms", &[], "30000"),
+    ("socket.keepalive.enable", &[], "true"),
 ];
 
 /// Producer-only librdkafka properties (`P` in librdkafka's
@@ -271,6 +278,12 @@ mod tests {
         assert_eq!(c.get("message.timeout.ms"), Some("30000"));
         assert_eq!(c.get("allow.auto.create.topics"), Some("false"));
         assert_eq!(c.get("max.in.flight.requests.per.connection"), Some("1"));
+        assert_eq!(c.get("socket.timeout.ms"), Some("30000"));
+        assert_eq!(c.get("socket.keepalive.enable"), Some("true"));
+        // The admin client's connections face the same dead links.
+        let admin = admin_client_config("b:9092", &BTreeMap::new()).unwrap();
+        assert_eq!(admin.get("socket.timeout.ms"), Some("30000"));
+        assert_eq!(admin.get("socket.keepalive.enable"), Some("true"));
     }
 
     #[test]

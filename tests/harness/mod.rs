@@ -4,4 +4,5 @@ pub mod http;
 pub mod kafka;
 pub mod outboxd;
 pub mod pg;
+pub mod proxy;
 pub mod watchdog;

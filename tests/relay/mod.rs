@@ -3,6 +3,7 @@
 
 mod backpressure;
 mod column_types;
+mod dead_link;
 mod e2e;
 mod faults;
 mod pg_restart;

@@ -1,13 +1,20 @@
 //! Acceptance 4: SCRAM and MD5 authenticate on both connections (walsender
 //! and SQL); a wrong password names user and server; TLS `require` works with
 //! a self-signed certificate; `verify-full` against the wrong CA fails clearly.
+//!
+//! And `outboxd run` as operators meet these errors: a cause only a person
+//! can fix (password, pg_hba.conf, database, privilege, certificate) ends the
+//! process after `relay.max_permanent_failures` attempts, naming the server's
+//! message, the SQLSTATE and the setting; a refused connection is retried.
 
-use std::time::Duration;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use outboxd::source::admin::connect_sql;
 use outboxd::source::replication::{connect, ConnParams, ReplicationError};
 
-use crate::harness::outboxd::{tail, write_config};
+use crate::harness::outboxd::{bin, tail, wait_with_timeout, wait_with_timeout_keep, write_config};
 use crate::harness::pg::{Auth, PgCluster, PgOptions};
 
 fn params(pg: &PgCluster, user: &str, password: &str, extra: &str) -> ConnParams {
@@ -215,4 +222,223 @@ fn password_from_a_file_and_from_the_environment() {
     let unset = tail(&config, &["--limit", "0"], Duration::from_secs(30));
     assert!(!unset.success);
     assert!(unset.stderr.contains("OUTBOXD_TEST_PW"), "{}", unset.stderr);
+}
+
+/// What `outboxd run` did with `url`: its exit status (None: still running
+/// after `limit`, then killed), its stderr (logs included), how long it ran.
+struct RunOutcome {
+    status: Option<std::process::ExitStatus>,
+    stderr: String,
+    elapsed: Duration,
+}
+
+/// `outboxd run` against `url`; Kafka is never reached (the database fails
+/// first), so any broker address does.
+fn run_relay(dir: &Path, name: &str, url: &str, limit: Duration) -> RunOutcome {
+    let config = write_config(
+        dir,
+        &format!("{name}.toml"),
+        url,
+        name,
+        "[kafka]\nbrokers = \"127.0.0.1:9\"\n[relay]\nreconnect_backoff_max = \"1s\"\n",
+    );
+    let log = dir.join(format!("{name}.log"));
+    let started = Instant::now();
+    let mut child = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("OUTBOXD_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn outboxd run");
+    let status = wait_with_timeout_keep(&mut child, limit);
+    let elapsed = started.elapsed();
+    if status.is_none() {
+        let _ = wait_with_timeout(&mut child, Duration::ZERO);
+    }
+    RunOutcome {
+        status,
+        stderr: std::fs::read_to_string(&log).unwrap(),
+        elapsed,
+    }
+}
+
+/// Exits non-zero within the bound, and the final error holds every needle.
+#[track_caller]
+fn assert_gives_up(out: &RunOutcome, what: &str, needles: &[&str]) {
+    let status = out.status.unwrap_or_else(|| {
+        panic!(
+            "{what}: still retrying after {:?}; stderr:\n{}",
+            out.elapsed, out.stderr
+        )
+    });
+    assert!(!status.success(), "{what}: exit {status}; {}", out.stderr);
+    let last = out
+        .stderr
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("outboxd:"))
+        .unwrap_or_else(|| panic!("{what}: no final error; stderr:\n{}", out.stderr));
+    for needle in needles {
+        assert!(
+            last.contains(needle),
+            "{what}: {needle:?} missing from: {last}"
+        );
+    }
+    assert!(
+        last.contains("relay.max_permanent_failures"),
+        "{what}: {last}"
+    );
+    eprintln!("{what}: exit {status} after {:.1?}: {last}", out.elapsed);
+}
+
+/// Bound on a run that must give up: 3 attempts with 0.5 s and 1 s backoff
+/// and a local server answering at once take a few seconds; 30 s leaves room
+/// for a loaded machine.
+const GIVE_UP_WITHIN: Duration = Duration::from_secs(30);
+
+#[test]
+fn run_stops_on_wrong_password_unknown_database_pg_hba_and_missing_privileges() {
+    let pg = PgCluster::start(PgOptions::default().with_auth(Auth::Scram));
+    pg.create_role("relay_user", "right", "REPLICATION SUPERUSER");
+    pg.create_role("refused_user", "pw", "REPLICATION SUPERUSER");
+    pg.create_role("plain_user", "pw", "");
+    pg.create_database("locked");
+    pg.psql("postgres", "REVOKE CONNECT ON DATABASE locked FROM PUBLIC");
+    pg.psql("postgres", "CREATE TABLE outbox (id int)");
+    pg.write_hba(
+        "local all all trust\nlocal replication all trust\n\
+         host all refused_user 127.0.0.1/32 reject\n\
+         host all all 127.0.0.1/32 scram-sha-256\nhost replication all 127.0.0.1/32 scram-sha-256\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let url =
+        |user: &str, pw: &str, db: &str| format!("{}?sslmode=disable", pg.url(user, Some(pw), db));
+
+    let out = run_relay(
+        dir.path(),
+        "wrongpw",
+        &url("relay_user", "wrong", "postgres"),
+        GIVE_UP_WITHIN,
+    );
+    assert_gives_up(
+        &out,
+        "wrong password",
+        &[
+            "SQLSTATE 28P01",
+            "password authentication failed for user \"relay_user\"",
+            "postgres.password_env",
+        ],
+    );
+
+    let out = run_relay(
+        dir.path(),
+        "nodb",
+        &url("relay_user", "right", "no_such_db"),
+        GIVE_UP_WITHIN,
+    );
+    assert_gives_up(
+        &out,
+        "unknown database",
+        &[
+            "SQLSTATE 3D000",
+            "database \"no_such_db\" does not exist",
+            "database name in postgres.url",
+        ],
+    );
+
+    let out = run_relay(
+        dir.path(),
+        "hba",
+        &url("refused_user", "pw", "postgres"),
+        GIVE_UP_WITHIN,
+    );
+    assert_gives_up(
+        &out,
+        "pg_hba reject",
+        &[
+            "SQLSTATE 28000",
+            "pg_hba.conf rejects connection",
+            "refused_user",
+        ],
+    );
+
+    // The server's own 42501: no CONNECT privilege on the database.
+    let out = run_relay(
+        dir.path(),
+        "noconnect",
+        &url("plain_user", "pw", "locked"),
+        GIVE_UP_WITHIN,
+    );
+    assert_gives_up(
+        &out,
+        "no CONNECT privilege",
+        &[
+            "SQLSTATE 42501",
+            "permission denied for database \"locked\"",
+            "use another user in postgres.url",
+        ],
+    );
+
+    let out = run_relay(
+        dir.path(),
+        "norepl",
+        &url("plain_user", "pw", "postgres"),
+        GIVE_UP_WITHIN,
+    );
+    assert_gives_up(
+        &out,
+        "no REPLICATION",
+        &["plain_user", "REPLICATION", "ALTER ROLE"],
+    );
+}
+
+#[test]
+fn run_stops_when_verify_full_does_not_trust_the_server() {
+    let pg = PgCluster::start(PgOptions::default().with_auth(Auth::Scram).with_ssl());
+    pg.create_role("tls_user", "pw", "REPLICATION SUPERUSER");
+    let dir = tempfile::tempdir().unwrap();
+    let wrong_ca = pg.wrong_ca_cert_path();
+    let url = pg.url_with(
+        "tls_user",
+        Some("pw"),
+        "postgres",
+        &[
+            ("sslmode", "verify-full"),
+            ("sslrootcert", wrong_ca.to_str().unwrap()),
+        ],
+    );
+    let out = run_relay(dir.path(), "wrongca", &url, GIVE_UP_WITHIN);
+    assert_gives_up(
+        &out,
+        "verify-full, wrong CA",
+        &["unknown issuer", "UnknownIssuer", "sslrootcert"],
+    );
+}
+
+#[test]
+fn run_keeps_retrying_a_refused_connection_and_says_so() {
+    // Nothing listens there: bind, note the port, close.
+    let port = crate::harness::http::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("postgresql://postgres:pw@127.0.0.1:{port}/app?sslmode=disable");
+    let out = run_relay(dir.path(), "refused", &url, Duration::from_secs(8));
+    assert!(
+        out.status.is_none(),
+        "a refused connection must be retried, but run exited ({:?}):\n{}",
+        out.status,
+        out.stderr
+    );
+    let retries = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("resuming from the slot"))
+        .count();
+    assert!(retries >= 2, "{retries} retries:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("Connection refused"),
+        "the cause is not logged:\n{}",
+        out.stderr
+    );
 }

@@ -1,16 +1,25 @@
 //! Why the database is not ready for outboxd, each with the fix.
 
+use crate::source::replication::error::{sqlstate_disposition, Disposition, ServerError};
+use crate::source::replication::tls::certificate_problem;
+
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    #[error("cannot connect to PostgreSQL at {server}: {source}")]
+    /// `error` is rendered in full here (not kept as the source): its own
+    /// Display is only "db error" or "error performing TLS handshake".
+    #[error(
+        "cannot connect to PostgreSQL at {server}: {}",
+        describe_pg_error(error)
+    )]
     Connect {
         server: String,
-        #[source]
-        source: tokio_postgres::Error,
+        error: tokio_postgres::Error,
     },
+    #[error("connecting to PostgreSQL at {server} timed out after {seconds}s (postgres.connect_timeout)")]
+    ConnectTimeout { server: String, seconds: u64 },
     #[error(transparent)]
     Tls(#[from] crate::source::replication::tls::TlsConfigError),
-    #[error("{context}: {source}")]
+    #[error("{context}: {}", describe_pg_error(source))]
     Sql {
         context: &'static str,
         #[source]
@@ -82,4 +91,52 @@ pub enum AdminError {
         "publication {publication:?} does not publish inserts: run ALTER PUBLICATION \"{publication}\" SET (publish = 'insert')"
     )]
     PublicationNoInserts { publication: String },
+}
+
+impl AdminError {
+    /// Whether reconnecting can help, and for how long.
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            AdminError::Connect { error, .. } | AdminError::Sql { source: error, .. } => {
+                pg_error_disposition(error)
+            }
+            AdminError::ConnectTimeout { .. } | AdminError::SlotActive { .. } => {
+                Disposition::Transient
+            }
+            // Everything else names a setting or a server change to make.
+            _ => Disposition::Permanent,
+        }
+    }
+}
+
+/// A server error by its SQLSTATE; a refused certificate is a setting to
+/// fix; anything else (refused, reset, closed, timed out) is the network.
+fn pg_error_disposition(e: &tokio_postgres::Error) -> Disposition {
+    if let Some(db) = e.as_db_error() {
+        sqlstate_disposition(db.code())
+    } else if certificate_problem(e).is_some() {
+        Disposition::Permanent
+    } else {
+        Disposition::Transient
+    }
+}
+
+/// A tokio-postgres error with what its Display leaves out: the server's
+/// severity, message, SQLSTATE, detail and hint, or the certificate problem,
+/// or the chain of causes (e.g. "Connection refused").
+pub fn describe_pg_error(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return ServerError::from_db_error(db).to_string();
+    }
+    if let Some(problem) = certificate_problem(e) {
+        return format!("{e}: {problem}");
+    }
+    let mut text = e.to_string();
+    let mut next = std::error::Error::source(e);
+    while let Some(cause) = next {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    text
 }

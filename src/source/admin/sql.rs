@@ -9,8 +9,22 @@ use crate::source::replication::tls;
 use crate::source::replication::{ConnParams, SslMode};
 
 /// Connects and spawns the connection task; the task ends when the client is
-/// dropped.
+/// dropped. `connect_timeout` bounds the whole startup, not only the TCP
+/// connect as in tokio-postgres: a server (or a link) that accepts and then
+/// says nothing must not hang the caller.
 pub async fn connect_sql(params: &ConnParams) -> Result<Client, AdminError> {
+    match params.connect_timeout {
+        Some(t) => tokio::time::timeout(t, connect_sql_inner(params))
+            .await
+            .map_err(|_| AdminError::ConnectTimeout {
+                server: params.describe(),
+                seconds: t.as_secs(),
+            })?,
+        None => connect_sql_inner(params).await,
+    }
+}
+
+async fn connect_sql_inner(params: &ConnParams) -> Result<Client, AdminError> {
     let mut cfg = tokio_postgres::Config::new();
     cfg.host(&params.host)
         .port(params.port)
@@ -28,9 +42,17 @@ pub async fn connect_sql(params: &ConnParams) -> Result<Client, AdminError> {
         SslMode::Prefer => PgSslMode::Prefer,
         SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => PgSslMode::Require,
     });
-    let connect_err = |source| AdminError::Connect {
+    let keepalive = &params.keepalive;
+    cfg.keepalives(keepalive.enabled)
+        .keepalives_idle(keepalive.idle)
+        .keepalives_interval(keepalive.interval)
+        .keepalives_retries(keepalive.count);
+    if let Some(t) = params.tcp_user_timeout {
+        cfg.tcp_user_timeout(t);
+    }
+    let connect_err = |error| AdminError::Connect {
         server: params.describe(),
-        source,
+        error,
     };
     let client = match tls::client_config(params)? {
         None => {

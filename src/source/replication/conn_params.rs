@@ -50,6 +50,33 @@ impl SslMode {
     }
 }
 
+/// TCP keepalive probes (libpq's `keepalives*` parameters). The defaults
+/// notice a silent peer on an idle connection within idle + interval *
+/// count = 25 s, where the kernel's own (2 h idle) would take hours.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keepalive {
+    pub enabled: bool,
+    pub idle: Duration,
+    pub interval: Duration,
+    pub count: u32,
+}
+
+impl Default for Keepalive {
+    fn default() -> Self {
+        Keepalive {
+            enabled: true,
+            idle: Duration::from_secs(10),
+            interval: Duration::from_secs(5),
+            count: 3,
+        }
+    }
+}
+
+/// `TCP_USER_TIMEOUT` when the URL sets none: data sent and unacknowledged
+/// for this long ends the connection, instead of the ~15 min of
+/// retransmissions Linux would otherwise try.
+pub const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnParams {
     pub host: String,
@@ -61,6 +88,9 @@ pub struct ConnParams {
     pub sslrootcert: Option<PathBuf>,
     pub connect_timeout: Option<Duration>,
     pub application_name: String,
+    pub keepalive: Keepalive,
+    /// `None`: the system default (libpq's `tcp_user_timeout=0`).
+    pub tcp_user_timeout: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -103,6 +133,13 @@ impl ConnParams {
             sslrootcert: None,
             connect_timeout: None,
             application_name: "outboxd".to_string(),
+            keepalive: Keepalive::default(),
+            tcp_user_timeout: Some(DEFAULT_TCP_USER_TIMEOUT),
+        };
+        let number = |key: &str, value: &str, unit: &str| {
+            value.parse::<u64>().map_err(|_| {
+                ConnParamsError::Invalid(format!("{key}={value:?} is not a whole number of {unit}"))
+            })
         };
         for (key, value) in url.query_pairs() {
             match key.as_ref() {
@@ -115,6 +152,26 @@ impl ConnParams {
                     params.connect_timeout = Some(Duration::from_secs(secs));
                 }
                 "application_name" => params.application_name = value.into_owned(),
+                "keepalives" => {
+                    params.keepalive.enabled = number("keepalives", &value, "0 or 1")? != 0
+                }
+                "keepalives_idle" => {
+                    params.keepalive.idle =
+                        Duration::from_secs(number("keepalives_idle", &value, "seconds")?)
+                }
+                "keepalives_interval" => {
+                    params.keepalive.interval =
+                        Duration::from_secs(number("keepalives_interval", &value, "seconds")?)
+                }
+                "keepalives_count" => {
+                    params.keepalive.count = number("keepalives_count", &value, "probes")?
+                        .try_into()
+                        .map_err(|_| ConnParamsError::Invalid(format!("keepalives_count={value:?} is too large")))?
+                }
+                "tcp_user_timeout" => {
+                    let ms = number("tcp_user_timeout", &value, "milliseconds")?;
+                    params.tcp_user_timeout = (ms > 0).then(|| Duration::from_millis(ms));
+                }
                 "user" => params.user = value.into_owned(),
                 "password" => params.password = Some(value.into_owned()),
                 "dbname" => params.dbname = value.into_owned(),
@@ -126,7 +183,9 @@ impl ConnParams {
                 }
                 other => {
                     return Err(ConnParamsError::Invalid(format!(
-                        "unsupported URL parameter {other:?} (supported: sslmode, sslrootcert, connect_timeout, application_name, user, password, dbname, host, port)"
+                        "unsupported URL parameter {other:?} (supported: sslmode, sslrootcert, connect_timeout, application_name, \
+                         keepalives, keepalives_idle, keepalives_interval, keepalives_count, tcp_user_timeout, \
+                         user, password, dbname, host, port)"
                     )))
                 }
             }
@@ -168,6 +227,32 @@ mod tests {
         assert_eq!(p.dbname, "outboxd");
         assert_eq!(p.sslmode, SslMode::Prefer);
         assert_eq!(p.password, None);
+        assert_eq!(p.keepalive, Keepalive::default());
+        assert_eq!(p.tcp_user_timeout, Some(DEFAULT_TCP_USER_TIMEOUT));
+    }
+
+    #[test]
+    fn keepalive_parameters_like_libpq() {
+        let p = ConnParams::from_url(
+            "postgresql://u@h/db?keepalives_idle=30&keepalives_interval=2&keepalives_count=4&tcp_user_timeout=1500",
+        )
+        .unwrap();
+        assert_eq!(
+            p.keepalive,
+            Keepalive {
+                enabled: true,
+                idle: Duration::from_secs(30),
+                interval: Duration::from_secs(2),
+                count: 4
+            }
+        );
+        assert_eq!(p.tcp_user_timeout, Some(Duration::from_millis(1500)));
+        let off =
+            ConnParams::from_url("postgresql://u@h/db?keepalives=0&tcp_user_timeout=0").unwrap();
+        assert!(!off.keepalive.enabled);
+        assert_eq!(off.tcp_user_timeout, None);
+        let err = ConnParams::from_url("postgresql://u@h/db?keepalives_idle=soon").unwrap_err();
+        assert!(err.to_string().contains("keepalives_idle"), "{err}");
     }
 
     #[test]

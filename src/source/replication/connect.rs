@@ -11,11 +11,18 @@ use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_postgres::error::SqlState;
 
 use super::conn_params::{ConnParams, SslMode};
 use super::error::{ReplicationError, ServerError};
 use super::framed::{Frame, FramedConnection, Socket};
 use super::tls;
+
+/// Refusals of the login itself: a wrong password, or pg_hba.conf.
+const AUTH_SQLSTATES: [SqlState; 2] = [
+    SqlState::INVALID_PASSWORD,
+    SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+];
 
 /// An authenticated walsender connection, ready for replication commands.
 pub struct WalConnection {
@@ -54,6 +61,7 @@ async fn connect_inner(
         .await
         .map_err(io_err)?;
     tcp.set_nodelay(true).map_err(io_err)?;
+    tune_socket(&tcp, params).map_err(io_err)?;
     let socket = negotiate_tls(tcp, params, &server).await?;
     let mut framed = FramedConnection::new(socket, server);
 
@@ -90,6 +98,24 @@ async fn connect_inner(
         framed,
         server_params,
     })
+}
+
+/// Keepalives and `TCP_USER_TIMEOUT`, as tokio-postgres sets them on the SQL
+/// connection: a peer that vanishes without a reset is noticed in seconds,
+/// not after the kernel's hours of keepalive idle or minutes of retransmits.
+pub(crate) fn tune_socket(tcp: &TcpStream, params: &ConnParams) -> std::io::Result<()> {
+    let socket = socket2::SockRef::from(tcp);
+    let k = &params.keepalive;
+    if k.enabled {
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(k.idle)
+            .with_interval(k.interval)
+            .with_retries(k.count);
+        socket.set_tcp_keepalive(&keepalive)?;
+    }
+    #[cfg(target_os = "linux")]
+    socket.set_tcp_user_timeout(params.tcp_user_timeout)?;
+    Ok(())
 }
 
 async fn negotiate_tls(
@@ -129,16 +155,27 @@ async fn negotiate_tls(
     }
     let name = tls::server_name(&params.host)?;
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(&config));
-    let stream = connector
-        .connect(name, tcp)
-        .await
-        .map_err(|e| ReplicationError::Tls {
-            server: server.to_string(),
-            reason: format!(
-                "{e} (sslmode={}, sslrootcert={:?})",
-                params.sslmode, params.sslrootcert
-            ),
-        })?;
+    let stream = connector.connect(name, tcp).await.map_err(|e| {
+        match tls::certificate_problem(&e) {
+            // Verification failed: a setting to fix, not a network problem.
+            Some(problem) => ReplicationError::Tls {
+                server: server.to_string(),
+                reason: format!(
+                    "{problem} (sslmode={}, sslrootcert={:?})",
+                    params.sslmode, params.sslrootcert
+                ),
+            },
+            // Any other TLS failure (no common version or cipher, an alert
+            // from the server) is no network problem either.
+            None if e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) => {
+                ReplicationError::Tls {
+                    server: server.to_string(),
+                    reason: format!("{e} (sslmode={})", params.sslmode),
+                }
+            }
+            None => io_err(e),
+        }
+    })?;
     Ok(Box::new(stream))
 }
 
@@ -207,8 +244,7 @@ async fn authenticate(
             }
             Message::ErrorResponse(body) => {
                 let error = ServerError::from_body(&body);
-                // 28P01 invalid password, 28000 invalid authorization (pg_hba).
-                return Err(if error.code.starts_with("28") {
+                return Err(if AUTH_SQLSTATES.contains(&error.sqlstate()) {
                     auth_err(error.to_string())
                 } else {
                     framed.server_err(error)
@@ -218,5 +254,39 @@ async fn authenticate(
             _ => return Err(auth_err("the server asked for an authentication method outboxd does not support (use scram-sha-256, md5, password or trust)".into())),
         }
         framed.flush().await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn socket_gets_keepalives_and_user_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tcp = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let params = ConnParams::from_url(
+            "postgresql://u@h/db?keepalives_idle=7&keepalives_interval=3&keepalives_count=4&tcp_user_timeout=12000",
+        )
+        .unwrap();
+        tune_socket(&tcp, &params).unwrap();
+        let s = socket2::SockRef::from(&tcp);
+        assert!(s.keepalive().unwrap());
+        assert_eq!(
+            s.tcp_keepalive_time().unwrap(),
+            std::time::Duration::from_secs(7)
+        );
+        assert_eq!(
+            s.tcp_keepalive_interval().unwrap(),
+            std::time::Duration::from_secs(3)
+        );
+        assert_eq!(s.tcp_keepalive_retries().unwrap(), 4);
+        #[cfg(target_os = "linux")]
+        assert_eq!(
+            s.tcp_user_timeout().unwrap(),
+            Some(std::time::Duration::from_secs(12))
+        );
     }
 }

@@ -16,6 +16,10 @@ use super::framed::{Frame, FramedConnection};
 use super::protocol::{encode_status_update, parse_server_message, pg_now_us, ServerMessage};
 use crate::Lsn;
 
+/// Silence allowed before the link is presumed dead, until the caller sets
+/// its own with [`ReplicationStream::set_stream_timeout`].
+const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long `finish` waits for the server to acknowledge the end of the
 /// stream; the server answers at once unless the connection is already gone.
 const FINISH_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -27,6 +31,68 @@ pub struct ReplicationStream {
     last_status_at: Instant,
     /// Highest WAL position the server told us about (XLogData or keepalive).
     received: Lsn,
+    liveness: Liveness,
+}
+
+/// When a silent stream is asked for a reply, and when it is presumed dead.
+///
+/// An idle walsender need not send anything, but it answers a status update
+/// with the reply-requested flag at once. So after a third of the timeout
+/// without a message the stream asks (and again after another third); if
+/// nothing at all arrives within the timeout, the link is dead: a dropped
+/// packet path (a dead switch, a moved VIP, a NAT timeout) sends no reset,
+/// and the kernel would take many minutes to give up on its own.
+#[derive(Debug, Clone)]
+pub struct Liveness {
+    timeout: Duration,
+    /// Start of the current silence: the last message, or when the caller
+    /// last resumed listening.
+    since: Instant,
+    probed_at: Option<Instant>,
+}
+
+impl Liveness {
+    pub fn new(timeout: Duration, now: Instant) -> Liveness {
+        Liveness {
+            timeout,
+            since: now,
+            probed_at: None,
+        }
+    }
+
+    /// A message arrived, or the caller was busy elsewhere (not reading):
+    /// the silence starts over.
+    pub fn heard(&mut self, now: Instant) {
+        self.since = now;
+        self.probed_at = None;
+    }
+
+    /// The caller did not read from `from` to `now`.
+    pub fn busy(&mut self, from: Instant, now: Instant) {
+        self.since = (self.since + now.saturating_duration_since(from)).min(now);
+    }
+
+    fn probe_every(&self) -> Duration {
+        self.timeout / 3
+    }
+
+    /// When the next reply request is due.
+    pub fn next_probe(&self) -> Instant {
+        self.probed_at.unwrap_or(self.since) + self.probe_every()
+    }
+
+    pub fn probe_due(&self, now: Instant) -> bool {
+        now >= self.next_probe()
+    }
+
+    pub fn probed(&mut self, now: Instant) {
+        self.probed_at = Some(now);
+    }
+
+    /// When the link counts as dead if nothing arrives before.
+    pub fn dead_at(&self) -> Instant {
+        self.since + self.timeout
+    }
 }
 
 impl ReplicationStream {
@@ -36,13 +102,57 @@ impl ReplicationStream {
             sent: start,
             last_status_at: Instant::now(),
             received: start,
+            liveness: Liveness::new(DEFAULT_STREAM_TIMEOUT, Instant::now()),
+        }
+    }
+
+    /// Silence allowed before [`dead_at`](Self::dead_at) passes
+    /// (`postgres.stream_timeout`).
+    pub fn set_stream_timeout(&mut self, timeout: Duration) {
+        self.liveness = Liveness::new(timeout, Instant::now());
+    }
+
+    /// The caller did not read for a while (backpressure, a handler waiting
+    /// on Kafka): what the server sent meanwhile waits in the socket, so that
+    /// time is no silence.
+    pub fn reset_silence(&mut self) {
+        self.liveness.heard(Instant::now());
+    }
+
+    /// The caller was busy from `from` until now and read nothing: that
+    /// stretch does not count as silence.
+    pub fn not_listening_since(&mut self, from: Instant) {
+        self.liveness.busy(from, Instant::now());
+    }
+
+    /// When to send a status update asking for a reply (see [`Liveness`]).
+    pub fn next_probe(&self) -> Instant {
+        self.liveness.next_probe()
+    }
+
+    pub fn probe_due(&self) -> bool {
+        self.liveness.probe_due(Instant::now())
+    }
+
+    /// When the stream counts as dead if nothing arrives before.
+    pub fn dead_at(&self) -> Instant {
+        self.liveness.dead_at()
+    }
+
+    /// The error for a stream silent past [`dead_at`](Self::dead_at).
+    pub fn silent_error(&self) -> ReplicationError {
+        ReplicationError::Silent {
+            server: self.framed.server.clone(),
+            seconds: self.liveness.timeout.as_secs(),
         }
     }
 
     /// Next message from the server. Cancel-safe.
     pub async fn recv(&mut self) -> Result<ServerMessage, ReplicationError> {
         loop {
-            match self.framed.read_frame().await? {
+            let frame = self.framed.read_frame().await?;
+            self.liveness.heard(Instant::now());
+            match frame {
                 Frame::CopyData(data) => {
                     let msg = parse_server_message(data)
                         .map_err(|e| self.framed.protocol_err(e.to_string()))?;
@@ -95,6 +205,9 @@ impl ReplicationStream {
             .write(&mut self.framed.write_buf);
         self.framed.flush().await?;
         self.last_status_at = Instant::now();
+        if reply_requested {
+            self.liveness.probed(self.last_status_at);
+        }
         Ok(())
     }
 
@@ -138,5 +251,32 @@ impl ReplicationStream {
         let _ = tokio::time::timeout(FINISH_DRAIN_TIMEOUT, drain).await;
         self.framed.close().await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_stream_is_probed_twice_then_dead() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut l = Liveness::new(s(30), t0);
+        assert!(!l.probe_due(t0 + s(9)));
+        assert!(l.probe_due(t0 + s(10)));
+        l.probed(t0 + s(10));
+        assert!(!l.probe_due(t0 + s(19)));
+        assert_eq!(l.next_probe(), t0 + s(20));
+        assert_eq!(l.dead_at(), t0 + s(30));
+        // Any message, e.g. the answer to a probe, starts the silence over.
+        l.heard(t0 + s(11));
+        assert_eq!(l.dead_at(), t0 + s(41));
+        assert_eq!(l.next_probe(), t0 + s(21));
+        // Time spent not reading is not silence.
+        l.busy(t0 + s(20), t0 + s(35));
+        assert_eq!(l.dead_at(), t0 + s(56));
+        l.busy(t0 + s(0), t0 + s(60));
+        assert_eq!(l.dead_at(), t0 + s(90));
     }
 }

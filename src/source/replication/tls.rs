@@ -73,6 +73,50 @@ pub fn client_config(params: &ConnParams) -> Result<Option<Arc<ClientConfig>>, T
     Ok(Some(Arc::new(config)))
 }
 
+/// Why the server's certificate was refused, when `err` or an error in its
+/// source chain is a rustls certificate error; with what to fix.
+///
+/// `io::Error::source` skips the error it wraps, so each io::Error in the
+/// chain is opened with `get_ref` as well.
+pub fn certificate_problem(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|i| i as &(dyn std::error::Error + 'static));
+        for candidate in [Some(e), inner].into_iter().flatten() {
+            if let Some(rustls::Error::InvalidCertificate(c)) = candidate.downcast_ref() {
+                return Some(describe_certificate_error(c));
+            }
+        }
+        next = e.source();
+    }
+    None
+}
+
+fn describe_certificate_error(e: &CertificateError) -> String {
+    let what = match e {
+        CertificateError::UnknownIssuer => {
+            "unknown issuer: it is not signed by a CA in sslrootcert; point sslrootcert in postgres.url \
+             at the CA that signed the server's certificate"
+        }
+        CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+            "name mismatch: it is not issued for the host in postgres.url; connect by a name the \
+             certificate lists, or use sslmode=verify-ca"
+        }
+        CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+            "it has expired: renew the server's certificate (or check this machine's clock)"
+        }
+        CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+            "it is not valid yet: check this machine's clock, or the certificate's start date"
+        }
+        CertificateError::Revoked => "it is revoked: the server needs a new certificate",
+        _ => "check the server's certificate and sslrootcert in postgres.url",
+    };
+    format!("the server's certificate was refused ({e:?}): {what}")
+}
+
 /// The name rustls should check; an IP literal becomes an IP server name.
 pub fn server_name(host: &str) -> Result<ServerName<'static>, TlsConfigError> {
     ServerName::try_from(host.to_string())
@@ -191,5 +235,23 @@ impl ServerCertVerifier for ChainOnly {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_certificate_problem_inside_io_errors() {
+        let rustls = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, rustls);
+        let text = certificate_problem(&io).expect("found");
+        assert!(
+            text.contains("unknown issuer") && text.contains("sslrootcert"),
+            "{text}"
+        );
+        let plain = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert_eq!(certificate_problem(&plain), None);
     }
 }

@@ -1,0 +1,120 @@
+//! A TCP proxy that can become a black hole: it stops forwarding in both
+//! directions without closing either socket, as a dead switch, a moved VIP
+//! or an expired NAT entry does (no RST, no FIN reaches either side). The
+//! relay connects through it; the writer in a test connects directly.
+//!
+//! Held bytes are forwarded once the link heals, as TCP retransmission would
+//! deliver them. New connections made meanwhile are accepted (the proxy's
+//! kernel answers the SYN) but reach the server only after healing.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often an idle pump looks at the switch.
+const POLL: Duration = Duration::from_millis(20);
+
+#[derive(Default)]
+struct Switch {
+    black_hole: AtomicBool,
+    stop: AtomicBool,
+}
+
+impl Switch {
+    /// Waits while the link is a black hole; false once the proxy stops.
+    fn wait_open(&self) -> bool {
+        while self.black_hole.load(SeqCst) && !self.stop.load(SeqCst) {
+            std::thread::sleep(POLL);
+        }
+        !self.stop.load(SeqCst)
+    }
+}
+
+pub struct Proxy {
+    port: u16,
+    switch: Arc<Switch>,
+}
+
+impl Proxy {
+    /// Listens on 127.0.0.1 (a free port) and forwards to `upstream`.
+    pub fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let switch = Arc::new(Switch::default());
+        let s = Arc::clone(&switch);
+        std::thread::spawn(move || {
+            while !s.stop.load(SeqCst) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let s = Arc::clone(&s);
+                        std::thread::spawn(move || connect(client, upstream, s));
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(POLL),
+                    Err(_) => std::thread::sleep(POLL),
+                }
+            }
+        });
+        Proxy { port, switch }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// From now on nothing passes, in either direction.
+    pub fn black_hole(&self) {
+        self.switch.black_hole.store(true, SeqCst);
+    }
+
+    pub fn heal(&self) {
+        self.switch.black_hole.store(false, SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.switch.stop.store(true, SeqCst);
+    }
+}
+
+fn connect(client: TcpStream, upstream: SocketAddr, switch: Arc<Switch>) {
+    let _ = client.set_nonblocking(false);
+    if !switch.wait_open() {
+        return;
+    }
+    let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(5)) else {
+        return;
+    };
+    let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    let s = Arc::clone(&switch);
+    std::thread::spawn(move || pump(client, server, s));
+    pump(server2, client2, switch);
+}
+
+/// Copies `from` to `to` while the link is open; closes both at the end.
+fn pump(mut from: TcpStream, mut to: TcpStream, switch: Arc<Switch>) {
+    let _ = from.set_read_timeout(Some(POLL));
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if !switch.wait_open() {
+            break;
+        }
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+            Err(_) => break,
+        };
+        // Read just as the switch flipped: hold it like the rest.
+        if !switch.wait_open() || to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
