@@ -71,7 +71,7 @@ pub enum AdminError {
     TableMissing { table: String },
     #[error(
         "publication {publication:?} does not exist and postgres.create_publication = false: set create_publication = true, \
-         or run CREATE PUBLICATION \"{publication}\" FOR TABLE {table} WITH (publish = 'insert')"
+         or run CREATE PUBLICATION \"{publication}\" FOR TABLE {table} WITH (publish = 'insert', publish_via_partition_root = true)"
     )]
     PublicationMissing { publication: String, table: String },
     #[error(
@@ -82,4 +82,10 @@ pub enum AdminError {
         "publication {publication:?} does not publish inserts: run ALTER PUBLICATION \"{publication}\" SET (publish = 'insert')"
     )]
     PublicationNoInserts { publication: String },
+    #[error(
+        "publication {publication:?} publishes the partitioned table {table} by partition, so its rows \
+         arrive under the partitions' names and would never be relayed: run ALTER PUBLICATION \
+         \"{publication}\" SET (publish_via_partition_root = true)"
+    )]
+    PublicationNotViaRoot { publication: String, table: String },
 }

@@ -100,19 +100,28 @@ pub fn check_server(
 }
 
 /// Creates or verifies the publication.
+///
+/// A partitioned outbox is published through its root
+/// (`publish_via_partition_root`): otherwise pgoutput names each row after
+/// its partition, the relay would not recognise it as an outbox row, and the
+/// slot would move past it. Published through the root, partitions attached
+/// later are covered too.
 pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), AdminError> {
     let table = t.qualified_table();
-    let exists = client
-        .query_opt("SELECT to_regclass($1)::text", &[&table])
+    let Some(relation) = client
+        .query_opt(
+            "SELECT c.relkind = 'p' FROM pg_class c WHERE c.oid = to_regclass($1)",
+            &[&table],
+        )
         .await
         .map_err(sql_err("looking up the outbox table"))?
-        .and_then(|r| r.get::<_, Option<String>>(0));
-    if exists.is_none() {
+    else {
         return Err(AdminError::TableMissing { table });
-    }
+    };
+    let partitioned: bool = relation.get(0);
     let publication = client
         .query_opt(
-            "SELECT pubinsert FROM pg_publication WHERE pubname = $1",
+            "SELECT pubinsert, pubviaroot FROM pg_publication WHERE pubname = $1",
             &[&t.publication],
         )
         .await
@@ -124,8 +133,11 @@ pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), A
                 table,
             });
         }
+        // Through the root for every table: harmless for a plain one, and
+        // the same publication then serves it if it becomes partitioned.
         let sql = format!(
-            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
+            "CREATE PUBLICATION {} FOR TABLE {} \
+             WITH (publish = 'insert', publish_via_partition_root = true)",
             quote_ident(t.publication),
             table
         );
@@ -142,11 +154,14 @@ pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), A
         }
         return Ok(());
     };
-    if !publication.get::<_, bool>(0) {
-        return Err(AdminError::PublicationNoInserts {
-            publication: t.publication.into(),
-        });
-    }
+    check_publication(
+        t,
+        PublicationFlags {
+            inserts: publication.get(0),
+            via_root: publication.get(1),
+            partitioned,
+        },
+    )?;
     let covered = client
         .query_opt(
             "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
@@ -158,6 +173,34 @@ pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), A
         return Err(AdminError::PublicationMissingTable {
             publication: t.publication.into(),
             table,
+        });
+    }
+    Ok(())
+}
+
+/// What decides whether an existing publication can carry the outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublicationFlags {
+    /// `pubinsert`.
+    pub inserts: bool,
+    /// `pubviaroot`.
+    pub via_root: bool,
+    /// The outbox table is partitioned (`relkind = 'p'`).
+    pub partitioned: bool,
+}
+
+/// The publication rules, pure so each refusal is unit-tested; shared by
+/// `outboxd run` and `outboxd check`.
+pub fn check_publication(t: &Target<'_>, f: PublicationFlags) -> Result<(), AdminError> {
+    if !f.inserts {
+        return Err(AdminError::PublicationNoInserts {
+            publication: t.publication.into(),
+        });
+    }
+    if f.partitioned && !f.via_root {
+        return Err(AdminError::PublicationNotViaRoot {
+            publication: t.publication.into(),
+            table: t.qualified_table(),
         });
     }
     Ok(())
