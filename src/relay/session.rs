@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::poison::{EventIdentity, PoisonMemory};
+use super::table_watch::TableWatch;
 use super::{RelayError, RelaySettings};
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent, RecordMapper};
@@ -39,6 +40,11 @@ use crate::Lsn;
 /// Least time between two status updates while the confirmable position
 /// moves: batches updates under load, still confirms within a blink.
 const MIN_STATUS_GAP: Duration = Duration::from_millis(100);
+
+/// Least time a graceful stop waits for the table watch to vouch for the
+/// last acked position (beyond three status intervals): two looks on a
+/// slow connection.
+const MIN_SETTLE: Duration = Duration::from_secs(2);
 
 pub enum SessionEnd {
     Shutdown,
@@ -83,6 +89,9 @@ pub struct Session<'a> {
     /// Handles of the per-event and per-loop metrics, looked up once: a
     /// registry lookup per event is measurable at 100k events/s.
     pub(super) hot: HotMetrics,
+    /// Keeps confirmation behind the last look that found the outbox table
+    /// intact; reports a change.
+    table_watch: TableWatch,
 }
 
 pub(super) struct HotMetrics {
@@ -123,6 +132,7 @@ pub(super) async fn keep_alive<T>(
             biased;
             out = &mut fut => return Ok(out),
             _ = tokio::time::sleep_until(at) => {
+                let confirmed = source.limit(confirmed);
                 source.stream().send_status(confirmed, false).await?;
             }
         }
@@ -137,7 +147,12 @@ impl<'a> Session<'a> {
         mut stop: watch::Receiver<bool>,
     ) -> Result<SessionEnd, RelayError> {
         let health = &settings.health;
-        let source = SourceSession::open(&settings.source).await?;
+        let mut source = SourceSession::open(&settings.source).await?;
+        let interval = settings.config.postgres.status_interval;
+        let table_watch = TableWatch::start(&settings.source, source.start_lsn, interval)
+            .await
+            .map_err(SourceError::from)?;
+        source.set_ceiling(table_watch.ceiling());
         health.postgres_up();
         health.progress(0, source.start_lsn);
         // Statistics feed only the endpoint's gauges: none without one.
@@ -167,9 +182,9 @@ impl<'a> Session<'a> {
             filtered: m::Filtered::new(),
             wal_to_ack: metrics::histogram!(m::WAL_RECEIVE_TO_ACK_SECONDS),
             hot: HotMetrics::new(),
+            table_watch,
         };
         let relay = &settings.config.relay;
-        let interval = settings.config.postgres.status_interval;
         let mut items = Vec::new();
         let mut drain_deadline: Option<Instant> = None;
         let far = Instant::now() + Duration::from_secs(86400 * 365);
@@ -177,7 +192,10 @@ impl<'a> Session<'a> {
             if let Some(deadline) = drain_deadline {
                 let drained = !s.source.in_transaction() && s.tracker.in_flight() == 0;
                 if drained || Instant::now() >= deadline {
-                    let confirmed = s.tracker.confirmable();
+                    let confirmed = s
+                        .table_watch
+                        .settle(s.tracker.confirmable(), interval * 3 + MIN_SETTLE)
+                        .await;
                     tracing::info!(%confirmed, unacked = s.tracker.in_flight(), drained, "shutting down");
                     s.filtered.update(s.source.ignored());
                     s.source.finish(confirmed).await?;
@@ -199,6 +217,7 @@ impl<'a> Session<'a> {
                     tracing::info!(in_flight = s.tracker.in_flight(), "shutdown requested; draining");
                     drain_deadline = Some(Instant::now() + relay.shutdown_timeout);
                 }
+                reason = s.table_watch.changed(), if s.halted.is_none() => s.table_changed(reason),
                 report = s.sink.next_report() => {
                     let Some(report) = report else {
                         return Ok(SessionEnd::Reconnect("Kafka producer stopped".into()));
@@ -229,12 +248,13 @@ impl<'a> Session<'a> {
                             s.tracker.keepalive(wal_end);
                         }
                         if reply_requested {
-                            s.source.stream().send_status(s.tracker.confirmable(), false).await.map_err(SourceError::from)?;
+                            let confirmable = s.source.limit(s.tracker.confirmable());
+                            s.source.stream().send_status(confirmable, false).await.map_err(SourceError::from)?;
                         }
                     }
                 }
             }
-            let confirmable = s.tracker.confirmable();
+            let confirmable = s.source.limit(s.tracker.confirmable());
             if s.source
                 .stream()
                 .status_due(confirmable, interval, MIN_STATUS_GAP)

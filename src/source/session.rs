@@ -4,6 +4,8 @@
 //! A session is thrown away on any error; the caller reconnects and the slot
 //! (not any state of ours) says where to resume.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::admin::{self, AdminError, Target};
@@ -91,8 +93,31 @@ pub enum Received {
     Keepalive { wal_end: Lsn, reply_requested: bool },
 }
 
+/// The highest position a session may confirm, raised by whoever vouches
+/// for positions (the relay's table watch). Shared, so the watch can raise
+/// it while the session confirms from anywhere in the relay.
+#[derive(Debug, Clone)]
+pub struct ConfirmCeiling(Arc<AtomicU64>);
+
+impl ConfirmCeiling {
+    pub fn new(at: Lsn) -> Self {
+        ConfirmCeiling(Arc::new(AtomicU64::new(at.0)))
+    }
+
+    /// Moves the ceiling up to `lsn`; never down.
+    pub fn raise(&self, lsn: Lsn) {
+        self.0.fetch_max(lsn.0, Ordering::AcqRel);
+    }
+
+    pub fn get(&self) -> Lsn {
+        Lsn(self.0.load(Ordering::Acquire))
+    }
+}
+
 pub struct SourceSession {
     stream: ReplicationStream,
+    /// `None`: confirm whatever the caller says (`outboxd tail`).
+    ceiling: Option<ConfirmCeiling>,
     decoder: Decoder,
     assembler: TransactionAssembler,
     /// Server's wal_sender_timeout; status updates must come well within it.
@@ -145,6 +170,7 @@ impl SourceSession {
         tracing::info!(slot = %s.slot, %start_lsn, "replication started");
         Ok(SourceSession {
             stream,
+            ceiling: None,
             decoder: Decoder::new(PROTO_VERSION),
             assembler: TransactionAssembler::new(
                 &s.table_schema,
@@ -200,8 +226,23 @@ impl SourceSession {
         &mut self.stream
     }
 
-    /// Confirms `confirmed` and closes the connection cleanly.
+    /// From now on, confirm nothing above `ceiling`.
+    pub fn set_ceiling(&mut self, ceiling: ConfirmCeiling) {
+        self.ceiling = Some(ceiling);
+    }
+
+    /// `confirmable` lowered to the ceiling: what may be sent as confirmed.
+    pub fn limit(&self, confirmable: Lsn) -> Lsn {
+        match &self.ceiling {
+            Some(c) => confirmable.min(c.get()),
+            None => confirmable,
+        }
+    }
+
+    /// Confirms `confirmed` (within the ceiling) and closes the connection
+    /// cleanly.
     pub async fn finish(self, confirmed: Lsn) -> Result<(), SourceError> {
+        let confirmed = self.limit(confirmed);
         Ok(self.stream.finish(confirmed).await?)
     }
 }

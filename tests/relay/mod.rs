@@ -8,3 +8,4 @@ mod partitioned;
 mod pg_restart;
 mod poison;
 pub(crate) mod support;
+mod table_watch;

@@ -88,4 +88,6 @@ pub enum AdminError {
          \"{publication}\" SET (publish_via_partition_root = true)"
     )]
     PublicationNotViaRoot { publication: String, table: String },
+    #[error("PostgreSQL returned {text:?} where a WAL position was expected")]
+    BadLsn { text: String },
 }

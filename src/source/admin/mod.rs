@@ -5,6 +5,7 @@
 mod error;
 mod inspect;
 mod sql;
+mod watch;
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ pub use inspect::{
     Issue, PublicationFacts, ServerFacts, TableFacts, TypeFit,
 };
 pub use sql::connect_sql;
+pub use watch::{judge, observe, Observation, TableChange, TableIdentity};
 
 use crate::Lsn;
 
