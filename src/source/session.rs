@@ -127,7 +127,10 @@ pub struct SourceSession {
 }
 
 impl SourceSession {
-    /// Preflight, publication, slot, then START_REPLICATION.
+    /// Preflight, publication and slot checks, the replication connection,
+    /// and only then creating what is missing and START_REPLICATION: a
+    /// check that fails leaves no slot behind (a slot nobody streams holds
+    /// WAL until someone drops it).
     pub async fn open(s: &SourceSettings) -> Result<SourceSession, SourceError> {
         replication::commands::validate_identifier("postgres.slot", &s.slot).map_err(|reason| {
             ReplicationError::Protocol {
@@ -138,8 +141,8 @@ impl SourceSession {
         let client = admin::connect_sql(&s.conn).await?;
         admin::preflight(&client).await?;
         let target = s.target();
-        admin::ensure_publication(&client, &target).await?;
-        let slot = admin::ensure_slot(&client, &target).await?;
+        let create_publication = admin::check_publication_ready(&client, &target).await?;
+        let existing_slot = admin::check_slot_ready(&client, &target).await?;
         let wal_sender_timeout = admin::wal_sender_timeout(&client).await?;
         // The server drops a walsender that stays silent for its timeout;
         // while backpressured, interval updates are all it hears from us.
@@ -151,11 +154,21 @@ impl SourceSession {
                  the server may drop the connection while outboxd waits for Kafka: lower status_interval"
             );
         }
-        drop(client);
-
+        // The last checks: pg_hba.conf admits replication connections, and
+        // the walsender answers.
         let mut conn = replication::connect(&s.conn).await?;
         let identity = conn.identify_system().await?;
         tracing::debug!(system_id = %identity.system_id, timeline = identity.timeline, xlogpos = %identity.xlogpos, "identified system");
+        // The publication first: the slot's changes are decoded with it.
+        if create_publication {
+            admin::create_publication(&client, &target).await?;
+        }
+        let slot = match existing_slot {
+            Some(slot) => slot,
+            None => admin::create_slot(&client, &target).await?,
+        };
+        drop(client);
+
         let start_lsn = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
         let stream = conn
             .start_replication(&StartOptions {

@@ -71,21 +71,21 @@ pub enum AdminError {
     TableMissing { table: String },
     #[error(
         "publication {publication:?} does not exist and postgres.create_publication = false: set create_publication = true, \
-         or run CREATE PUBLICATION \"{publication}\" FOR TABLE {table} WITH (publish = 'insert', publish_via_partition_root = true)"
+         or run CREATE PUBLICATION {} FOR TABLE {table} WITH (publish = 'insert', publish_via_partition_root = true)", super::quote_ident(.publication)
     )]
     PublicationMissing { publication: String, table: String },
     #[error(
-        "publication {publication:?} does not include {table}: run ALTER PUBLICATION \"{publication}\" ADD TABLE {table}"
+        "publication {publication:?} does not include {table}: run ALTER PUBLICATION {} ADD TABLE {table}", super::quote_ident(.publication)
     )]
     PublicationMissingTable { publication: String, table: String },
     #[error(
-        "publication {publication:?} does not publish inserts: run ALTER PUBLICATION \"{publication}\" SET (publish = 'insert')"
+        "publication {publication:?} does not publish inserts: run ALTER PUBLICATION {} SET (publish = 'insert')", super::quote_ident(.publication)
     )]
     PublicationNoInserts { publication: String },
     #[error(
         "publication {publication:?} publishes the partitioned table {table} by partition, so its rows \
          arrive under the partitions' names and would never be relayed: run ALTER PUBLICATION \
-         \"{publication}\" SET (publish_via_partition_root = true)"
+         {} SET (publish_via_partition_root = true)", super::quote_ident(.publication)
     )]
     PublicationNotViaRoot { publication: String, table: String },
     #[error("PostgreSQL returned {text:?} where a WAL position was expected")]

@@ -101,14 +101,15 @@ pub fn check_server(
     Ok(())
 }
 
-/// Creates or verifies the publication.
+/// Verifies the publication; `Ok(true)` when it is missing and outboxd
+/// is to create it ([`create_publication`], once every check has passed).
 ///
 /// A partitioned outbox is published through its root
 /// (`publish_via_partition_root`): otherwise pgoutput names each row after
 /// its partition, the relay would not recognise it as an outbox row, and the
 /// slot would move past it. Published through the root, partitions attached
 /// later are covered too.
-pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), AdminError> {
+pub async fn check_publication_ready(client: &Client, t: &Target<'_>) -> Result<bool, AdminError> {
     let table = t.qualified_table();
     let Some(relation) = client
         .query_opt(
@@ -135,26 +136,7 @@ pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), A
                 table,
             });
         }
-        // Through the root for every table: harmless for a plain one, and
-        // the same publication then serves it if it becomes partitioned.
-        let sql = format!(
-            "CREATE PUBLICATION {} FOR TABLE {} \
-             WITH (publish = 'insert', publish_via_partition_root = true)",
-            quote_ident(t.publication),
-            table
-        );
-        match client.batch_execute(&sql).await {
-            Ok(()) => tracing::info!(publication = t.publication, %table, "created publication"),
-            // Another instance created it between our check and now.
-            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
-            Err(e) => {
-                return Err(AdminError::Sql {
-                    context: "creating the publication",
-                    source: e,
-                })
-            }
-        }
-        return Ok(());
+        return Ok(true);
     };
     check_publication(
         t,
@@ -176,6 +158,31 @@ pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), A
             publication: t.publication.into(),
             table,
         });
+    }
+    Ok(false)
+}
+
+/// Creates the publication, through the partition root.
+pub async fn create_publication(client: &Client, t: &Target<'_>) -> Result<(), AdminError> {
+    let table = t.qualified_table();
+    // Through the root for every table: harmless for a plain one, and
+    // the same publication then serves it if it becomes partitioned.
+    let sql = format!(
+        "CREATE PUBLICATION {} FOR TABLE {} \
+         WITH (publish = 'insert', publish_via_partition_root = true)",
+        quote_ident(t.publication),
+        table
+    );
+    match client.batch_execute(&sql).await {
+        Ok(()) => tracing::info!(publication = t.publication, %table, "created publication"),
+        // Another instance created it between our check and now.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
+        Err(e) => {
+            return Err(AdminError::Sql {
+                context: "creating the publication",
+                source: e,
+            })
+        }
     }
     Ok(())
 }
@@ -241,16 +248,16 @@ pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, 
     }))
 }
 
-/// Creates the slot if allowed and missing; verifies it is usable by us.
-pub async fn ensure_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, AdminError> {
-    let database: String = client
-        .query_one("SELECT current_database()::text", &[])
-        .await
-        .map_err(sql_err("reading the database name"))?
-        .get(0);
+/// Verifies the slot is usable by us: `Ok(None)` when it is missing and
+/// outboxd is to create it ([`create_slot`], once every check has passed).
+pub async fn check_slot_ready(
+    client: &Client,
+    t: &Target<'_>,
+) -> Result<Option<SlotInfo>, AdminError> {
+    let database = current_database(client).await?;
     if let Some(info) = slot_info(client, t.slot).await? {
         check_slot(t.slot, &database, &info)?;
-        return Ok(info);
+        return Ok(Some(info));
     }
     if !t.create_slot {
         return Err(AdminError::SlotMissing {
@@ -271,6 +278,12 @@ pub async fn ensure_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, Ad
             max,
         });
     }
+    Ok(None)
+}
+
+/// Creates the slot (pgoutput) and verifies what was created.
+pub async fn create_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, AdminError> {
+    let database = current_database(client).await?;
     match client
         .query_one(
             "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -285,7 +298,7 @@ pub async fn ensure_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, Ad
         {
             return Err(AdminError::NoFreeSlots {
                 slot: t.slot.into(),
-                max,
+                max: max_replication_slots(client).await?,
             })
         }
         Err(e) => {
@@ -302,6 +315,25 @@ pub async fn ensure_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, Ad
         })?;
     check_slot(t.slot, &database, &info)?;
     Ok(info)
+}
+
+async fn current_database(client: &Client) -> Result<String, AdminError> {
+    Ok(client
+        .query_one("SELECT current_database()::text", &[])
+        .await
+        .map_err(sql_err("reading the database name"))?
+        .get(0))
+}
+
+async fn max_replication_slots(client: &Client) -> Result<i64, AdminError> {
+    Ok(client
+        .query_one(
+            "SELECT current_setting('max_replication_slots')::bigint",
+            &[],
+        )
+        .await
+        .map_err(sql_err("reading max_replication_slots"))?
+        .get(0))
 }
 
 /// The slot rules, pure so every refusal is unit-tested.
