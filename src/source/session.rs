@@ -76,8 +76,7 @@ impl SourceError {
     pub fn is_retryable(&self) -> bool {
         match self {
             SourceError::Replication(e) => e.is_retryable(),
-            SourceError::Admin(AdminError::Connect { .. }) => true,
-            SourceError::Admin(AdminError::SlotActive { .. }) => true,
+            SourceError::Admin(e) => e.is_retryable(),
             _ => false,
         }
     }

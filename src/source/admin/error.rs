@@ -25,7 +25,7 @@ pub enum AdminError {
     WalLevel { actual: String },
     #[error(
         "role {user:?} lacks the REPLICATION attribute needed to stream the WAL: \
-         run ALTER ROLE \"{user}\" REPLICATION as a superuser"
+         run ALTER ROLE {} REPLICATION as a superuser", super::quote_ident(.user)
     )]
     NoReplicationPrivilege { user: String },
     #[error(
@@ -90,4 +90,23 @@ pub enum AdminError {
     PublicationNotViaRoot { publication: String, table: String },
     #[error("PostgreSQL returned {text:?} where a WAL position was expected")]
     BadLsn { text: String },
+}
+
+impl AdminError {
+    /// Reconnecting may help: the server went away or is starting or
+    /// stopping (SQLSTATE class 08, 57P01-57P03), or another client holds
+    /// the slot. Anything else needs a person.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            AdminError::Connect { .. } | AdminError::SlotActive { .. } => true,
+            AdminError::Sql { source, .. } => {
+                source.is_closed()
+                    || source.code().is_some_and(|c| {
+                        c.code().starts_with("08")
+                            || matches!(c.code(), "57P01" | "57P02" | "57P03")
+                    })
+            }
+            _ => false,
+        }
+    }
 }
