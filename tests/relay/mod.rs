@@ -4,6 +4,7 @@
 mod backpressure;
 mod e2e;
 mod faults;
+mod names;
 mod partitioned;
 mod pg_restart;
 mod poison;
