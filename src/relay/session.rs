@@ -1,6 +1,7 @@
 //! One relay session: a replication stream, a producer and an ack tracker
 //! that live and die together. The main `select!` is biased, by priority:
-//! 1. shutdown (stop reading, drain in-flight acks, confirm, exit),
+//! 1. shutdown (stop reading, drain in-flight acks, confirm, exit), then a
+//!    change of the outbox table ([`TableWatch`]: halt),
 //! 2. delivery reports (acks move the confirmable position; a transport
 //!    failure ends the session),
 //! 3. the status-update timer (keeps the walsender alive while we are not
