@@ -88,6 +88,7 @@ impl TableWatch {
             tx,
             hurry: Arc::clone(&hurry),
             interval,
+            failing: false,
         }));
         Ok(TableWatch {
             ceiling,
@@ -142,6 +143,8 @@ struct Looker {
     tx: watch::Sender<WatchState>,
     hurry: Arc<Notify>,
     interval: Duration,
+    /// The last look failed (an outage, logged once).
+    failing: bool,
 }
 
 async fn watch_loop(mut l: Looker) {
@@ -156,13 +159,20 @@ async fn watch_loop(mut l: Looker) {
         let now = match l.look().await {
             Ok(now) => now,
             Err(e) => {
-                tracing::warn!(error = %e, "table watch: cannot look at the outbox table; \
-                    confirmation waits until PostgreSQL answers again");
+                // Once per outage, not once per interval.
+                if !l.failing {
+                    tracing::warn!(error = %e, "table watch: cannot look at the outbox table; \
+                        confirmation waits until PostgreSQL answers again");
+                }
+                l.failing = true;
                 l.client = None;
                 l.tx.send_modify(|s| s.looks += 1);
                 continue;
             }
         };
+        if std::mem::take(&mut l.failing) {
+            tracing::info!("table watch: looking at the outbox table again");
+        }
         match admin::judge(&l.start, &now.identity) {
             Ok(()) => {
                 l.ceiling.raise(l.last_intact.lsn);
@@ -185,7 +195,12 @@ impl Looker {
     async fn look(&mut self) -> Result<Observation, AdminError> {
         let client = match self.client.take() {
             Some(c) if !c.is_closed() => c,
-            _ => admin::connect_sql(&self.settings.conn).await?,
+            previous => {
+                if previous.is_some() {
+                    tracing::info!("table watch: its SQL connection closed; reconnecting");
+                }
+                admin::connect_sql(&self.settings.conn).await?
+            }
         };
         let now = admin::observe(&client, &self.settings.target()).await?;
         self.client = Some(client);

@@ -208,6 +208,12 @@ async fn losing_the_watch_connection_is_no_table_change() {
         )
     });
     assert_eq!(readyz(port).0, 200, "{}", relay.log());
+    // The cut was noticed, and the watch reconnected.
+    let log = relay.log();
+    assert!(
+        log.contains("table watch: its SQL connection closed; reconnecting"),
+        "{log}"
+    );
     let texts = payload_texts(pg);
     let logs = e.dir.path().to_path_buf();
     tokio::task::block_in_place(|| {
