@@ -2,6 +2,7 @@
 //! its columns play which role. Column names default to Debezium's outbox
 //! event router conventions so an existing outbox table works unchanged.
 
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use crate::config::error::ConfigError;
@@ -38,9 +39,7 @@ pub const COLUMN_ROLES: [&str; 8] = [
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OutboxConfig {
-    /// `schema.table`, or `table` meaning `public.table`. Names as stored in
-    /// the catalog (case-sensitive, no quotes).
-    pub table: String,
+    pub table: TableRef,
     /// Prefix of logical decoding messages to relay; "" disables messages.
     pub message_prefix: String,
     pub columns: ColumnsConfig,
@@ -49,7 +48,7 @@ pub struct OutboxConfig {
 impl Default for OutboxConfig {
     fn default() -> Self {
         OutboxConfig {
-            table: DEFAULT_TABLE.to_owned(),
+            table: TableRef::Dotted(DEFAULT_TABLE.to_owned()),
             message_prefix: DEFAULT_MESSAGE_PREFIX.to_owned(),
             columns: ColumnsConfig::default(),
         }
@@ -92,16 +91,12 @@ impl Default for ColumnsConfig {
 impl OutboxConfig {
     /// The schema part of `table` (`public` when omitted).
     pub fn table_schema(&self) -> &str {
-        self.table
-            .split_once('.')
-            .map_or(DEFAULT_SCHEMA, |(schema, _)| schema)
+        self.table.schema()
     }
 
     /// The table part of `table`.
     pub fn table_name(&self) -> &str {
-        self.table
-            .split_once('.')
-            .map_or(self.table.as_str(), |(_, name)| name)
+        self.table.name()
     }
 
     /// `None` when logical decoding messages are not relayed.
@@ -110,23 +105,109 @@ impl OutboxConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let parts: Vec<&str> = self.table.split('.').collect();
-        let well_formed = parts.len() <= 2
-            && parts.iter().all(|p| {
-                !p.is_empty() && p.len() <= MAX_IDENTIFIER_BYTES && !p.contains(['"', ' ', '\t'])
-            });
-        if !well_formed {
-            return Err(ConfigError::invalid(
-                "outbox.table",
-                format!(
-                    "`{}` is not `schema.table` or `table`; write names as stored in the catalog, \
-                     without quotes or spaces, each at most {MAX_IDENTIFIER_BYTES} bytes, \
-                     e.g. \"{DEFAULT_TABLE}\"",
-                    self.table
-                ),
-            ));
-        }
+        self.table.validate()?;
         self.columns.validate()
+    }
+}
+
+/// `outbox.table`: `"schema.table"` or `"table"` (meaning `public.table`),
+/// or `{ schema = "...", name = "..." }` for any name PostgreSQL allows,
+/// dots and double quotes included. Names as stored in the catalog:
+/// case-sensitive, without SQL quoting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableRef {
+    Dotted(String),
+    Parts { schema: String, name: String },
+}
+
+impl TableRef {
+    pub fn schema(&self) -> &str {
+        match self {
+            TableRef::Dotted(t) => t.split_once('.').map_or(DEFAULT_SCHEMA, |(s, _)| s),
+            TableRef::Parts { schema, .. } => schema,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            TableRef::Dotted(t) => t.split_once('.').map_or(t.as_str(), |(_, n)| n),
+            TableRef::Parts { name, .. } => name,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let key = "outbox.table";
+        if let TableRef::Dotted(t) = self {
+            // A dot or a quote in a name is legal, but the string form
+            // cannot say where one name ends; and `"Sales"."Outbox"` is more
+            // likely SQL quoting than a name with quotes in it.
+            let parts: Vec<&str> = t.split('.').collect();
+            if parts.len() > 2 || parts.iter().any(|p| p.is_empty()) || t.contains('"') {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!(
+                        "`{t}` is not `schema.table` or `table`; write names as stored in the \
+                         catalog, without SQL quotes, e.g. \"{DEFAULT_TABLE}\", or, for names \
+                         with dots or double quotes, {{ schema = \"Sales\", name = \"Outbox Events\" }}"
+                    ),
+                ));
+            }
+        }
+        for (part, value) in [("schema", self.schema()), ("name", self.name())] {
+            if value.is_empty() || value.len() > MAX_IDENTIFIER_BYTES || value.contains('\0') {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!(
+                        "the table's {part} `{value}` must be 1 to {MAX_IDENTIFIER_BYTES} bytes \
+                         (PostgreSQL's limit) without NUL characters"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// As written: `schema.table` (or `table`) for the string form.
+impl std::fmt::Display for TableRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TableRef::Dotted(t) => f.write_str(t),
+            TableRef::Parts { schema, name } => write!(f, "{schema}.{name}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TableRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct TableVisitor;
+        impl<'de> Visitor<'de> for TableVisitor {
+            type Value = TableRef;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"schema.table\" or { schema = \"...\", name = \"...\" }")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<TableRef, E> {
+                Ok(TableRef::Dotted(v.to_owned()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TableRef, A::Error> {
+                let (mut schema, mut name) = (None, None);
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "schema" => schema = Some(map.next_value::<String>()?),
+                        "name" => name = Some(map.next_value::<String>()?),
+                        other => return Err(de::Error::unknown_field(other, &["schema", "name"])),
+                    }
+                }
+                Ok(TableRef::Parts {
+                    schema: schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned()),
+                    name: name.ok_or_else(|| de::Error::missing_field("name"))?,
+                })
+            }
+        }
+        d.deserialize_any(TableVisitor)
     }
 }
 
@@ -181,10 +262,39 @@ mod tests {
     fn table_parts() {
         let mut o = OutboxConfig::default();
         assert_eq!((o.table_schema(), o.table_name()), ("public", "outbox"));
-        o.table = "events".into();
+        o.table = TableRef::Dotted("events".into());
         assert_eq!((o.table_schema(), o.table_name()), ("public", "events"));
-        o.table = "billing.Outbox".into();
+        o.table = TableRef::Dotted("billing.Outbox".into());
         assert_eq!((o.table_schema(), o.table_name()), ("billing", "Outbox"));
+        o.table = TableRef::Dotted("Sales.Outbox Events".into());
+        assert_eq!(
+            (o.table_schema(), o.table_name()),
+            ("Sales", "Outbox Events")
+        );
+    }
+
+    #[test]
+    fn table_forms_from_toml() {
+        let parse = |text: &str| toml::from_str::<OutboxConfig>(text).map(|o| o.table);
+        assert_eq!(
+            parse("table = \"Sales.Outbox Events\"").unwrap(),
+            TableRef::Dotted("Sales.Outbox Events".into())
+        );
+        let t =
+            parse("table = { schema = \"Ventes.EU\", name = 'Outbox \"Évènements\"' }").unwrap();
+        assert_eq!(
+            (t.schema(), t.name()),
+            ("Ventes.EU", "Outbox \"Évènements\"")
+        );
+        t.validate().unwrap();
+        let t = parse("table = { name = \"events\" }").unwrap();
+        assert_eq!((t.schema(), t.name()), ("public", "events"));
+        let e = parse("table = { schema = \"s\" }").unwrap_err().to_string();
+        assert!(e.contains("name"), "{e}");
+        let e = parse("table = { schema = \"s\", name = \"t\", nmae = \"x\" }")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nmae"), "{e}");
     }
 
     #[test]

@@ -104,11 +104,22 @@ fn zero_postgres_intervals() {
 
 #[test]
 fn table_name_format() {
-    for bad in ["", "a.b.c", ".outbox", "public.", "\"Outbox\"", "my table"] {
+    for bad in ["", "a.b.c", ".outbox", "public.", "\"Outbox\""] {
         let mut c = base();
-        c.outbox.table = bad.to_owned();
+        c.outbox.table = crate::config::outbox::TableRef::Dotted(bad.to_owned());
         assert_invalid(&c, "outbox.table", "schema.table");
     }
+    for good in ["my table", "Sales.Outbox Events", "ventes.événements"] {
+        let mut c = base();
+        c.outbox.table = crate::config::outbox::TableRef::Dotted(good.to_owned());
+        c.validate().unwrap();
+    }
+    let mut c = base();
+    c.outbox.table = crate::config::outbox::TableRef::Parts {
+        schema: "s".into(),
+        name: "x".repeat(64),
+    };
+    assert_invalid(&c, "outbox.table", "1 to 63 bytes");
 }
 
 #[test]

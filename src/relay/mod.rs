@@ -17,6 +17,7 @@ mod dead_letter;
 mod deliver;
 mod poison;
 mod session;
+mod table_watch;
 
 use std::future::Future;
 use std::sync::Arc;

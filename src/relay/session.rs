@@ -1,6 +1,7 @@
 //! One relay session: a replication stream, a producer and an ack tracker
 //! that live and die together. The main `select!` is biased, by priority:
-//! 1. shutdown (stop reading, drain in-flight acks, confirm, exit),
+//! 1. shutdown (stop reading, drain in-flight acks, confirm, exit), then a
+//!    change of the outbox table ([`TableWatch`]: halt),
 //! 2. delivery reports (acks move the confirmable position; a transport
 //!    failure ends the session),
 //! 3. the status-update timer (keeps the walsender alive while we are not
@@ -28,6 +29,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::poison::{EventIdentity, PoisonMemory};
+use super::table_watch::TableWatch;
 use super::{RelayError, RelaySettings};
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent, RecordMapper};
@@ -39,6 +41,11 @@ use crate::Lsn;
 /// Least time between two status updates while the confirmable position
 /// moves: batches updates under load, still confirms within a blink.
 const MIN_STATUS_GAP: Duration = Duration::from_millis(100);
+
+/// Least time a graceful stop waits for the table watch to vouch for the
+/// last acked position (beyond three status intervals): two looks on a
+/// slow connection.
+const MIN_SETTLE: Duration = Duration::from_secs(2);
 
 pub enum SessionEnd {
     Shutdown,
@@ -87,6 +94,9 @@ pub struct Session<'a> {
     /// Handles of the per-event and per-loop metrics, looked up once: a
     /// registry lookup per event is measurable at 100k events/s.
     pub(super) hot: HotMetrics,
+    /// Keeps confirmation behind the last look that found the outbox table
+    /// intact; reports a change.
+    table_watch: TableWatch,
 }
 
 pub(super) struct HotMetrics {
@@ -127,6 +137,7 @@ pub(super) async fn keep_alive<T>(
             biased;
             out = &mut fut => return Ok(out),
             _ = tokio::time::sleep_until(at) => {
+                let confirmed = source.limit(confirmed);
                 source.stream().send_status(confirmed, false).await?;
             }
         }
@@ -141,7 +152,12 @@ impl<'a> Session<'a> {
         mut stop: watch::Receiver<bool>,
     ) -> Result<SessionEnd, RelayError> {
         let health = &settings.health;
-        let source = SourceSession::open(&settings.source).await?;
+        let mut source = SourceSession::open(&settings.source).await?;
+        let interval = settings.config.postgres.status_interval;
+        let table_watch = TableWatch::start(&settings.source, source.start_lsn, interval)
+            .await
+            .map_err(SourceError::from)?;
+        source.set_ceiling(table_watch.ceiling());
         health.postgres_up();
         health.progress(0, source.start_lsn);
         let sink = super::deliver::new_sink(settings)?;
@@ -168,9 +184,9 @@ impl<'a> Session<'a> {
             filtered: m::Filtered::new(),
             wal_to_ack: metrics::histogram!(m::WAL_RECEIVE_TO_ACK_SECONDS),
             hot: HotMetrics::new(),
+            table_watch,
         };
         let relay = &settings.config.relay;
-        let interval = settings.config.postgres.status_interval;
         s.source
             .stream()
             .set_stream_timeout(settings.config.postgres.stream_timeout);
@@ -198,7 +214,10 @@ impl<'a> Session<'a> {
                     !s.source.in_transaction() && s.tracker.in_flight() == 0
                 };
                 if drained || Instant::now() >= deadline {
-                    let confirmed = s.tracker.confirmable();
+                    let confirmed = s
+                        .table_watch
+                        .settle(s.tracker.confirmable(), interval * 3 + MIN_SETTLE)
+                        .await;
                     tracing::info!(%confirmed, unacked = s.tracker.in_flight(), drained, "shutting down");
                     s.filtered.update(s.source.ignored());
                     s.source.finish(confirmed).await?;
@@ -236,6 +255,7 @@ impl<'a> Session<'a> {
                     tracing::info!(in_flight = s.tracker.in_flight(), "shutdown requested; draining");
                     drain_deadline = Some(Instant::now() + relay.shutdown_timeout);
                 }
+                reason = s.table_watch.changed(), if s.halted.is_none() => s.table_changed(reason),
                 report = s.sink.next_report() => {
                     let Some(report) = report else {
                         return Ok(SessionEnd::Reconnect("Kafka producer stopped".into()));
@@ -274,14 +294,15 @@ impl<'a> Session<'a> {
                             s.tracker.keepalive(wal_end);
                         }
                         if reply_requested {
-                            s.source.stream().send_status(s.tracker.confirmable(), false).await.map_err(SourceError::from)?;
+                            let confirmable = s.source.limit(s.tracker.confirmable());
+                            s.source.stream().send_status(confirmable, false).await.map_err(SourceError::from)?;
                         }
                     }
                     // The handlers may have waited on Kafka meanwhile.
                     s.source.stream().reset_silence();
                 }
             }
-            let confirmable = s.tracker.confirmable();
+            let confirmable = s.source.limit(s.tracker.confirmable());
             let probe = s.source.stream().probe_due();
             if probe
                 || s.source

@@ -4,6 +4,8 @@
 //! A session is thrown away on any error; the caller reconnects and the slot
 //! (not any state of ours) says where to resume.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::admin::{self, AdminError, Target};
@@ -74,8 +76,7 @@ impl SourceError {
     pub fn is_retryable(&self) -> bool {
         match self {
             SourceError::Replication(e) => e.is_retryable(),
-            SourceError::Admin(AdminError::Connect { .. }) => true,
-            SourceError::Admin(AdminError::SlotActive { .. }) => true,
+            SourceError::Admin(e) => e.is_retryable(),
             _ => false,
         }
     }
@@ -91,8 +92,31 @@ pub enum Received {
     Keepalive { wal_end: Lsn, reply_requested: bool },
 }
 
+/// The highest position a session may confirm, raised by whoever vouches
+/// for positions (the relay's table watch). Shared, so the watch can raise
+/// it while the session confirms from anywhere in the relay.
+#[derive(Debug, Clone)]
+pub struct ConfirmCeiling(Arc<AtomicU64>);
+
+impl ConfirmCeiling {
+    pub fn new(at: Lsn) -> Self {
+        ConfirmCeiling(Arc::new(AtomicU64::new(at.0)))
+    }
+
+    /// Moves the ceiling up to `lsn`; never down.
+    pub fn raise(&self, lsn: Lsn) {
+        self.0.fetch_max(lsn.0, Ordering::AcqRel);
+    }
+
+    pub fn get(&self) -> Lsn {
+        Lsn(self.0.load(Ordering::Acquire))
+    }
+}
+
 pub struct SourceSession {
     stream: ReplicationStream,
+    /// `None`: confirm whatever the caller says (`outboxd tail`).
+    ceiling: Option<ConfirmCeiling>,
     decoder: Decoder,
     assembler: TransactionAssembler,
     /// Server's wal_sender_timeout; status updates must come well within it.
@@ -102,7 +126,10 @@ pub struct SourceSession {
 }
 
 impl SourceSession {
-    /// Preflight, publication, slot, then START_REPLICATION.
+    /// Preflight, publication and slot checks, the replication connection,
+    /// and only then creating what is missing and START_REPLICATION: a
+    /// check that fails leaves no slot behind (a slot nobody streams holds
+    /// WAL until someone drops it).
     pub async fn open(s: &SourceSettings) -> Result<SourceSession, SourceError> {
         replication::commands::validate_identifier("postgres.slot", &s.slot).map_err(|reason| {
             ReplicationError::Protocol {
@@ -113,8 +140,8 @@ impl SourceSession {
         let client = admin::connect_sql(&s.conn).await?;
         admin::preflight(&client).await?;
         let target = s.target();
-        admin::ensure_publication(&client, &target).await?;
-        let slot = admin::ensure_slot(&client, &target).await?;
+        let create_publication = admin::check_publication_ready(&client, &target).await?;
+        let existing_slot = admin::check_slot_ready(&client, &target).await?;
         let wal_sender_timeout = admin::wal_sender_timeout(&client).await?;
         // The server drops a walsender that stays silent for its timeout;
         // while backpressured, interval updates are all it hears from us.
@@ -126,11 +153,21 @@ impl SourceSession {
                  the server may drop the connection while outboxd waits for Kafka: lower status_interval"
             );
         }
-        drop(client);
-
+        // The last checks: pg_hba.conf admits replication connections, and
+        // the walsender answers.
         let mut conn = replication::connect(&s.conn).await?;
         let identity = conn.identify_system().await?;
         tracing::debug!(system_id = %identity.system_id, timeline = identity.timeline, xlogpos = %identity.xlogpos, "identified system");
+        // The publication first: the slot's changes are decoded with it.
+        if create_publication {
+            admin::create_publication(&client, &target).await?;
+        }
+        let slot = match existing_slot {
+            Some(slot) => slot,
+            None => admin::create_slot(&client, &target).await?,
+        };
+        drop(client);
+
         let start_lsn = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
         let stream = conn
             .start_replication(&StartOptions {
@@ -145,6 +182,7 @@ impl SourceSession {
         tracing::info!(slot = %s.slot, %start_lsn, "replication started");
         Ok(SourceSession {
             stream,
+            ceiling: None,
             decoder: Decoder::new(PROTO_VERSION),
             assembler: TransactionAssembler::new(
                 &s.table_schema,
@@ -200,8 +238,23 @@ impl SourceSession {
         &mut self.stream
     }
 
-    /// Confirms `confirmed` and closes the connection cleanly.
+    /// From now on, confirm nothing above `ceiling`.
+    pub fn set_ceiling(&mut self, ceiling: ConfirmCeiling) {
+        self.ceiling = Some(ceiling);
+    }
+
+    /// `confirmable` lowered to the ceiling: what may be sent as confirmed.
+    pub fn limit(&self, confirmable: Lsn) -> Lsn {
+        match &self.ceiling {
+            Some(c) => confirmable.min(c.get()),
+            None => confirmable,
+        }
+    }
+
+    /// Confirms `confirmed` (within the ceiling) and closes the connection
+    /// cleanly.
     pub async fn finish(self, confirmed: Lsn) -> Result<(), SourceError> {
+        let confirmed = self.limit(confirmed);
         Ok(self.stream.finish(confirmed).await?)
     }
 }

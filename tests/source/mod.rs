@@ -5,6 +5,7 @@
 mod auth;
 mod exact_rows;
 mod messages;
+mod names;
 mod preflight;
 mod restart;
 mod schema_change;

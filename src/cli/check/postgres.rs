@@ -287,7 +287,7 @@ fn slot_line(facts: &Facts, t: &Target<'_>) -> Line {
 fn publication_line(facts: &Facts, t: &Target<'_>) -> Line {
     let table = admin::qualified(t);
     let publication = t.publication.to_string();
-    let Some(_) = &facts.table else {
+    let Some(table_facts) = &facts.table else {
         return Line::fail("publication", AdminError::TableMissing { table });
     };
     let Some(p) = &facts.publication else {
@@ -303,11 +303,13 @@ fn publication_line(facts: &Facts, t: &Target<'_>) -> Line {
             )
         };
     };
-    if !p.publishes_inserts {
-        return Line::fail(
-            "publication",
-            AdminError::PublicationNoInserts { publication },
-        );
+    let flags = admin::PublicationFlags {
+        inserts: p.publishes_inserts,
+        via_root: p.via_root,
+        partitioned: table_facts.partitioned,
+    };
+    if let Err(e) = admin::check_publication(t, flags) {
+        return Line::fail("publication", e);
     }
     if !p.covers_table {
         return Line::fail(

@@ -34,7 +34,7 @@ pub enum AdminError {
     WalLevel { actual: String },
     #[error(
         "role {user:?} lacks the REPLICATION attribute needed to stream the WAL: \
-         run ALTER ROLE \"{user}\" REPLICATION as a superuser"
+         run ALTER ROLE {} REPLICATION as a superuser", super::quote_ident(.user)
     )]
     NoReplicationPrivilege { user: String },
     #[error(
@@ -80,17 +80,44 @@ pub enum AdminError {
     TableMissing { table: String },
     #[error(
         "publication {publication:?} does not exist and postgres.create_publication = false: set create_publication = true, \
-         or run CREATE PUBLICATION \"{publication}\" FOR TABLE {table} WITH (publish = 'insert')"
+         or run CREATE PUBLICATION {} FOR TABLE {table} WITH (publish = 'insert', publish_via_partition_root = true)", super::quote_ident(.publication)
     )]
     PublicationMissing { publication: String, table: String },
     #[error(
-        "publication {publication:?} does not include {table}: run ALTER PUBLICATION \"{publication}\" ADD TABLE {table}"
+        "publication {publication:?} does not include {table}: run ALTER PUBLICATION {} ADD TABLE {table}", super::quote_ident(.publication)
     )]
     PublicationMissingTable { publication: String, table: String },
     #[error(
-        "publication {publication:?} does not publish inserts: run ALTER PUBLICATION \"{publication}\" SET (publish = 'insert')"
+        "publication {publication:?} does not publish inserts: run ALTER PUBLICATION {} SET (publish = 'insert')", super::quote_ident(.publication)
     )]
     PublicationNoInserts { publication: String },
+    #[error(
+        "publication {publication:?} publishes the partitioned table {table} by partition, so its rows \
+         arrive under the partitions' names and would never be relayed: run ALTER PUBLICATION \
+         {} SET (publish_via_partition_root = true)", super::quote_ident(.publication)
+    )]
+    PublicationNotViaRoot { publication: String, table: String },
+    #[error("PostgreSQL returned {text:?} where a WAL position was expected")]
+    BadLsn { text: String },
+}
+
+impl AdminError {
+    /// Reconnecting may help: the server went away or is starting or
+    /// stopping (SQLSTATE class 08, 57P01-57P03), or another client holds
+    /// the slot. Anything else needs a person.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            AdminError::Connect { .. } | AdminError::SlotActive { .. } => true,
+            AdminError::Sql { source, .. } => {
+                source.is_closed()
+                    || source.code().is_some_and(|c| {
+                        c.code().starts_with("08")
+                            || matches!(c.code(), "57P01" | "57P02" | "57P03")
+                    })
+            }
+            _ => false,
+        }
+    }
 }
 
 impl AdminError {

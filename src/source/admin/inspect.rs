@@ -80,6 +80,8 @@ pub struct TableFacts {
     /// ... FOR TABLE.
     pub owned: bool,
     pub can_create_in_database: bool,
+    /// `relkind = 'p'`: published through its root or not at all.
+    pub partitioned: bool,
     pub columns: Vec<ColumnFacts>,
 }
 
@@ -92,7 +94,7 @@ pub async fn table_facts(
     let Some(row) = client
         .query_opt(
             "SELECT c.oid, has_table_privilege(c.oid, 'SELECT'), pg_has_role(c.relowner, 'USAGE'), \
-                    has_database_privilege(current_database(), 'CREATE') \
+                    has_database_privilege(current_database(), 'CREATE'), c.relkind = 'p' \
              FROM pg_class c WHERE c.oid = to_regclass($1)",
             &[&table],
         )
@@ -127,6 +129,7 @@ pub async fn table_facts(
         can_select: row.get(1),
         owned: row.get(2),
         can_create_in_database: row.get(3),
+        partitioned: row.get(4),
         columns,
     }))
 }
@@ -135,6 +138,8 @@ pub async fn table_facts(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublicationFacts {
     pub publishes_inserts: bool,
+    /// `publish_via_partition_root`.
+    pub via_root: bool,
     pub covers_table: bool,
     /// Columns published for the table (PostgreSQL 15+, where publications
     /// may have column lists); `None` on 14, where every column but
@@ -152,7 +157,7 @@ pub async fn publication_facts(
 ) -> Result<Option<PublicationFacts>, AdminError> {
     let Some(p) = client
         .query_opt(
-            "SELECT pubinsert FROM pg_publication WHERE pubname = $1",
+            "SELECT pubinsert, pubviaroot FROM pg_publication WHERE pubname = $1",
             &[&t.publication],
         )
         .await
@@ -174,6 +179,7 @@ pub async fn publication_facts(
         .map_err(sql_err("checking the publication's tables"))?;
     Ok(Some(PublicationFacts {
         publishes_inserts: p.get(0),
+        via_root: p.get(1),
         covers_table: covered.is_some(),
         columns: covered.as_ref().and_then(|r| r.get(0)),
         row_filter: covered.as_ref().and_then(|r| r.get(1)),

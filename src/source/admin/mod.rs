@@ -5,6 +5,7 @@
 mod error;
 mod inspect;
 mod sql;
+mod watch;
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ pub use inspect::{
     Issue, PublicationFacts, ServerFacts, TableFacts, TypeFit,
 };
 pub use sql::connect_sql;
+pub use watch::{judge, observe, Observation, TableChange, TableIdentity};
 
 use crate::Lsn;
 
@@ -99,20 +101,30 @@ pub fn check_server(
     Ok(())
 }
 
-/// Creates or verifies the publication.
-pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), AdminError> {
+/// Verifies the publication; `Ok(true)` when it is missing and outboxd
+/// is to create it ([`create_publication`], once every check has passed).
+///
+/// A partitioned outbox is published through its root
+/// (`publish_via_partition_root`): otherwise pgoutput names each row after
+/// its partition, the relay would not recognise it as an outbox row, and the
+/// slot would move past it. Published through the root, partitions attached
+/// later are covered too.
+pub async fn check_publication_ready(client: &Client, t: &Target<'_>) -> Result<bool, AdminError> {
     let table = t.qualified_table();
-    let exists = client
-        .query_opt("SELECT to_regclass($1)::text", &[&table])
+    let Some(relation) = client
+        .query_opt(
+            "SELECT c.relkind = 'p' FROM pg_class c WHERE c.oid = to_regclass($1)",
+            &[&table],
+        )
         .await
         .map_err(sql_err("looking up the outbox table"))?
-        .and_then(|r| r.get::<_, Option<String>>(0));
-    if exists.is_none() {
+    else {
         return Err(AdminError::TableMissing { table });
-    }
+    };
+    let partitioned: bool = relation.get(0);
     let publication = client
         .query_opt(
-            "SELECT pubinsert FROM pg_publication WHERE pubname = $1",
+            "SELECT pubinsert, pubviaroot FROM pg_publication WHERE pubname = $1",
             &[&t.publication],
         )
         .await
@@ -124,29 +136,16 @@ pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), A
                 table,
             });
         }
-        let sql = format!(
-            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
-            quote_ident(t.publication),
-            table
-        );
-        match client.batch_execute(&sql).await {
-            Ok(()) => tracing::info!(publication = t.publication, %table, "created publication"),
-            // Another instance created it between our check and now.
-            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
-            Err(e) => {
-                return Err(AdminError::Sql {
-                    context: "creating the publication",
-                    source: e,
-                })
-            }
-        }
-        return Ok(());
+        return Ok(true);
     };
-    if !publication.get::<_, bool>(0) {
-        return Err(AdminError::PublicationNoInserts {
-            publication: t.publication.into(),
-        });
-    }
+    check_publication(
+        t,
+        PublicationFlags {
+            inserts: publication.get(0),
+            via_root: publication.get(1),
+            partitioned,
+        },
+    )?;
     let covered = client
         .query_opt(
             "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
@@ -158,6 +157,59 @@ pub async fn ensure_publication(client: &Client, t: &Target<'_>) -> Result<(), A
         return Err(AdminError::PublicationMissingTable {
             publication: t.publication.into(),
             table,
+        });
+    }
+    Ok(false)
+}
+
+/// Creates the publication, through the partition root.
+pub async fn create_publication(client: &Client, t: &Target<'_>) -> Result<(), AdminError> {
+    let table = t.qualified_table();
+    // Through the root for every table: harmless for a plain one, and
+    // the same publication then serves it if it becomes partitioned.
+    let sql = format!(
+        "CREATE PUBLICATION {} FOR TABLE {} \
+         WITH (publish = 'insert', publish_via_partition_root = true)",
+        quote_ident(t.publication),
+        table
+    );
+    match client.batch_execute(&sql).await {
+        Ok(()) => tracing::info!(publication = t.publication, %table, "created publication"),
+        // Another instance created it between our check and now.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
+        Err(e) => {
+            return Err(AdminError::Sql {
+                context: "creating the publication",
+                source: e,
+            })
+        }
+    }
+    Ok(())
+}
+
+/// What decides whether an existing publication can carry the outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublicationFlags {
+    /// `pubinsert`.
+    pub inserts: bool,
+    /// `pubviaroot`.
+    pub via_root: bool,
+    /// The outbox table is partitioned (`relkind = 'p'`).
+    pub partitioned: bool,
+}
+
+/// The publication rules, pure so each refusal is unit-tested; shared by
+/// `outboxd run` and `outboxd check`.
+pub fn check_publication(t: &Target<'_>, f: PublicationFlags) -> Result<(), AdminError> {
+    if !f.inserts {
+        return Err(AdminError::PublicationNoInserts {
+            publication: t.publication.into(),
+        });
+    }
+    if f.partitioned && !f.via_root {
+        return Err(AdminError::PublicationNotViaRoot {
+            publication: t.publication.into(),
+            table: t.qualified_table(),
         });
     }
     Ok(())
@@ -196,16 +248,16 @@ pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, 
     }))
 }
 
-/// Creates the slot if allowed and missing; verifies it is usable by us.
-pub async fn ensure_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, AdminError> {
-    let database: String = client
-        .query_one("SELECT current_database()::text", &[])
-        .await
-        .map_err(sql_err("reading the database name"))?
-        .get(0);
+/// Verifies the slot is usable by us: `Ok(None)` when it is missing and
+/// outboxd is to create it ([`create_slot`], once every check has passed).
+pub async fn check_slot_ready(
+    client: &Client,
+    t: &Target<'_>,
+) -> Result<Option<SlotInfo>, AdminError> {
+    let database = current_database(client).await?;
     if let Some(info) = slot_info(client, t.slot).await? {
         check_slot(t.slot, &database, &info)?;
-        return Ok(info);
+        return Ok(Some(info));
     }
     if !t.create_slot {
         return Err(AdminError::SlotMissing {
@@ -226,6 +278,12 @@ pub async fn ensure_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, Ad
             max,
         });
     }
+    Ok(None)
+}
+
+/// Creates the slot (pgoutput) and verifies what was created.
+pub async fn create_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, AdminError> {
+    let database = current_database(client).await?;
     match client
         .query_one(
             "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -240,7 +298,7 @@ pub async fn ensure_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, Ad
         {
             return Err(AdminError::NoFreeSlots {
                 slot: t.slot.into(),
-                max,
+                max: max_replication_slots(client).await?,
             })
         }
         Err(e) => {
@@ -257,6 +315,25 @@ pub async fn ensure_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, Ad
         })?;
     check_slot(t.slot, &database, &info)?;
     Ok(info)
+}
+
+async fn current_database(client: &Client) -> Result<String, AdminError> {
+    Ok(client
+        .query_one("SELECT current_database()::text", &[])
+        .await
+        .map_err(sql_err("reading the database name"))?
+        .get(0))
+}
+
+async fn max_replication_slots(client: &Client) -> Result<i64, AdminError> {
+    Ok(client
+        .query_one(
+            "SELECT current_setting('max_replication_slots')::bigint",
+            &[],
+        )
+        .await
+        .map_err(sql_err("reading max_replication_slots"))?
+        .get(0))
 }
 
 /// The slot rules, pure so every refusal is unit-tested.

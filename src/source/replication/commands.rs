@@ -48,11 +48,19 @@ pub fn validate_identifier(kind: &str, name: &str) -> Result<(), String> {
     }
 }
 
-/// The START_REPLICATION command text for `opts`.
+/// The START_REPLICATION command text for `opts`. `publication_names` is a
+/// string literal holding a comma-separated list of identifiers: the name
+/// is double-quoted as an identifier (so case, spaces, commas and quotes
+/// survive), then that is quoted as a literal.
 pub fn start_replication_command(opts: &StartOptions) -> String {
+    let publication = format!("\"{}\"", opts.publication.replace('"', "\"\""));
     format!(
-        "START_REPLICATION SLOT \"{}\" LOGICAL {} (proto_version '{}', publication_names '\"{}\"', messages '{}')",
-        opts.slot, opts.start_lsn, opts.proto_version, opts.publication, opts.messages
+        "START_REPLICATION SLOT \"{}\" LOGICAL {} (proto_version '{}', publication_names '{}', messages '{}')",
+        opts.slot,
+        opts.start_lsn,
+        opts.proto_version,
+        publication.replace('\'', "''"),
+        opts.messages
     )
 }
 
@@ -170,6 +178,21 @@ mod tests {
         assert_eq!(
             cmd,
             "START_REPLICATION SLOT \"outboxd\" LOGICAL 1/10 (proto_version '1', publication_names '\"pub_1\"', messages 'true')"
+        );
+    }
+
+    #[test]
+    fn publication_names_are_quoted_as_identifier_then_literal() {
+        let cmd = start_replication_command(&StartOptions {
+            slot: "s".into(),
+            publication: "Pub \"1\", l'été".into(),
+            start_lsn: Lsn::ZERO,
+            proto_version: 1,
+            messages: false,
+        });
+        assert!(
+            cmd.contains("publication_names '\"Pub \"\"1\"\", l''été\"'"),
+            "{cmd}"
         );
     }
 

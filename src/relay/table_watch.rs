@@ -1,0 +1,247 @@
+//! Confirmation gated on the outbox table's identity.
+//!
+//! Invariant: the slot is never confirmed past a position unless a look at
+//! the catalog whose snapshot was taken after that position was written
+//! found the table unchanged (same OID, still in the same publication for
+//! inserts). Why: once the table leaves the publication or is replaced, its
+//! inserts are not sent and keepalives carry the stream past them; the slot
+//! must stay before them so that, once the table is published again, they
+//! can be found and re-published.
+//!
+//! A task on its own SQL connection looks every status interval
+//! ([`admin::observe`]: the WAL position, then the catalog). The position a
+//! look read becomes confirmable when the *next* look finds the table
+//! intact, not the same look: a commit is written to the WAL before it
+//! becomes visible to snapshots, so a change committed just before the
+//! position was read may still be invisible to that same look. One status
+//! interval later it is visible. The relay confirms the minimum of the ack
+//! tracker's position and this ceiling; that costs one or two status
+//! intervals of confirmation lag.
+//!
+//! A failing SQL connection is an outage, not a change: the ceiling stops
+//! rising, and the task reconnects at the next interval.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio_postgres::Client;
+
+use super::session::Session;
+use crate::metrics as m;
+use crate::source::admin::{self, quote_ident, AdminError, Observation, TableChange};
+use crate::source::session::{ConfirmCeiling, SourceSettings};
+use crate::Lsn;
+
+/// What the watch task reports to the session.
+#[derive(Debug, Clone, Default)]
+struct WatchState {
+    /// Set once the table changed: why, and what to do.
+    changed: Option<String>,
+    /// Looks completed; lets [`TableWatch::settle`] wait for the next one.
+    looks: u64,
+}
+
+pub(super) struct TableWatch {
+    ceiling: ConfirmCeiling,
+    state: watch::Receiver<WatchState>,
+    /// Asks the task for a look now instead of at the next interval.
+    hurry: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TableWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TableWatch {
+    /// Takes the table's identity now (the session has just checked it is
+    /// published) and starts watching it. Nothing above `start` is
+    /// confirmable until the first look after this one.
+    pub(super) async fn start(
+        settings: &SourceSettings,
+        start: Lsn,
+        interval: Duration,
+    ) -> Result<TableWatch, AdminError> {
+        // Named apart from the other SQL connections, for pg_stat_activity.
+        let mut settings = settings.clone();
+        settings.conn.application_name = format!("{}-watch", settings.conn.application_name);
+        let settings = &settings;
+        let client = admin::connect_sql(&settings.conn).await?;
+        let first = admin::observe(&client, &settings.target()).await?;
+        let (tx, state) = watch::channel(WatchState::default());
+        let ceiling = ConfirmCeiling::new(start);
+        let hurry = Arc::new(Notify::new());
+        // The session checked the table a moment ago; if it changed since,
+        // this first look already says so.
+        if let Err(change) = admin::judge(&first.identity, &first.identity) {
+            tx.send_modify(|s| s.changed = Some(reason(settings, change, start, &first)));
+        }
+        let task = tokio::spawn(watch_loop(Looker {
+            settings: settings.clone(),
+            client: Some(client),
+            start: first.identity,
+            last_intact: first,
+            ceiling: ceiling.clone(),
+            tx,
+            hurry: Arc::clone(&hurry),
+            interval,
+            failing: false,
+        }));
+        Ok(TableWatch {
+            ceiling,
+            state,
+            hurry,
+            task,
+        })
+    }
+
+    pub(super) fn ceiling(&self) -> ConfirmCeiling {
+        self.ceiling.clone()
+    }
+
+    /// Resolves when the table changed, with the halt reason. Cancel-safe.
+    pub(super) async fn changed(&mut self) -> String {
+        loop {
+            if let Some(reason) = self.state.borrow_and_update().changed.clone() {
+                return reason;
+            }
+            if self.state.changed().await.is_err() {
+                // The task ended without a change (it does not): never.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// At a graceful stop: looks at once, as often as needed (at most
+    /// `timeout`) for the ceiling to reach `target`, so that everything
+    /// acked is confirmed. Returns what may be confirmed.
+    pub(super) async fn settle(&self, target: Lsn, timeout: Duration) -> Lsn {
+        let mut state = self.state.clone();
+        let settled = async {
+            while self.ceiling.get() < target && state.borrow().changed.is_none() {
+                self.hurry.notify_one();
+                if state.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(timeout, settled).await;
+        target.min(self.ceiling.get())
+    }
+}
+
+struct Looker {
+    settings: SourceSettings,
+    client: Option<Client>,
+    start: admin::TableIdentity,
+    /// The latest look that found the table intact.
+    last_intact: Observation,
+    ceiling: ConfirmCeiling,
+    tx: watch::Sender<WatchState>,
+    hurry: Arc<Notify>,
+    interval: Duration,
+    /// The last look failed (an outage, logged once).
+    failing: bool,
+}
+
+async fn watch_loop(mut l: Looker) {
+    if l.tx.borrow().changed.is_some() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(l.interval) => {}
+            _ = l.hurry.notified() => {}
+        }
+        let now = match l.look().await {
+            Ok(now) => now,
+            Err(e) => {
+                // Once per outage, not once per interval.
+                if !l.failing {
+                    tracing::warn!(error = %e, "table watch: cannot look at the outbox table; \
+                        confirmation waits until PostgreSQL answers again");
+                }
+                l.failing = true;
+                l.client = None;
+                l.tx.send_modify(|s| s.looks += 1);
+                continue;
+            }
+        };
+        if std::mem::take(&mut l.failing) {
+            tracing::info!("table watch: looking at the outbox table again");
+        }
+        match admin::judge(&l.start, &now.identity) {
+            Ok(()) => {
+                l.ceiling.raise(l.last_intact.lsn);
+                l.last_intact = now;
+                l.tx.send_modify(|s| s.looks += 1);
+            }
+            Err(change) => {
+                let reason = reason(&l.settings, change, l.ceiling.get(), &l.last_intact);
+                l.tx.send_modify(|s| {
+                    s.changed = Some(reason);
+                    s.looks += 1;
+                });
+                return;
+            }
+        }
+    }
+}
+
+impl Looker {
+    async fn look(&mut self) -> Result<Observation, AdminError> {
+        let client = match self.client.take() {
+            Some(c) if !c.is_closed() => c,
+            previous => {
+                if previous.is_some() {
+                    tracing::info!("table watch: its SQL connection closed; reconnecting");
+                }
+                admin::connect_sql(&self.settings.conn).await?
+            }
+        };
+        let now = admin::observe(&client, &self.settings.target()).await?;
+        self.client = Some(client);
+        Ok(now)
+    }
+}
+
+/// The halt reason: what changed, what was kept, how to recover.
+fn reason(s: &SourceSettings, change: TableChange, kept: Lsn, last: &Observation) -> String {
+    let t = s.target();
+    let table = admin::qualified(&t);
+    let publication = quote_ident(&s.publication);
+    let fix = match change {
+        TableChange::PublicationDropped | TableChange::PublicationReplaced => format!(
+            "CREATE PUBLICATION {publication} FOR TABLE {table} \
+             WITH (publish = 'insert', publish_via_partition_root = true) if it is gone"
+        ),
+        TableChange::InsertsNotPublished => {
+            format!("ALTER PUBLICATION {publication} SET (publish = 'insert')")
+        }
+        _ => format!(
+            "ALTER PUBLICATION {publication} ADD TABLE {table} (for a partitioned table also \
+             SET (publish_via_partition_root = true))"
+        ),
+    };
+    format!(
+        "outbox table {table} {change} while outboxd streamed publication {publication}: its inserts \
+         since then are not in the replication stream, so the relay stopped and confirmed nothing \
+         past {kept}. To recover: {fix}, restart outboxd, then re-publish the outbox rows committed \
+         since {} (WAL position {}); they were not relayed",
+        last.at, last.lsn
+    )
+}
+
+impl Session<'_> {
+    /// Stops reading on a table change: `outboxd_halted` = 1 and `/readyz`
+    /// says why. The ceiling already keeps the slot before the change.
+    pub(super) fn table_changed(&mut self, reason: String) {
+        tracing::error!(%reason, "relay halted");
+        metrics::gauge!(m::HALTED).set(1.0);
+        self.settings.health.set_halted(Some(reason.clone()));
+        self.halted = Some(reason);
+    }
+}

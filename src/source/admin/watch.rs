@@ -1,0 +1,246 @@
+//! The outbox table's identity, observed on the SQL connection while a
+//! relay streams it.
+//!
+//! pgoutput decides what to send by the catalog as it was at each change:
+//! once the configured table has left the publication, or a new table took
+//! its name, its inserts are simply not sent, and keepalives move the
+//! stream on past them. So the relay may confirm a position only after it
+//! has seen the table intact in a catalog snapshot taken *after* that
+//! position was written. [`observe`] reads the server's WAL position first
+//! and the catalog in a later statement (a new snapshot), which gives that
+//! order; [`judge`] compares what it saw with the session's start.
+
+use tokio_postgres::Client;
+
+use super::{sql_err, AdminError, Target};
+use crate::Lsn;
+
+/// What makes the configured table the one whose inserts the stream carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableIdentity {
+    /// `None`: no table of that name.
+    pub table_oid: Option<u32>,
+    /// `None`: no publication of that name.
+    pub publication_oid: Option<u32>,
+    /// The `pg_publication_rel` row that adds the table to the publication:
+    /// a new one means it left and was added again (events between were
+    /// not published). `None` for `FOR ALL TABLES` or `TABLES IN SCHEMA`.
+    pub membership_oid: Option<u32>,
+    /// Listed in `pg_publication_tables` under its own name (for a
+    /// partitioned table: published through its root).
+    pub published: bool,
+    pub publishes_inserts: bool,
+}
+
+/// One look at the table, and the WAL position it vouches for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    /// The server's WAL position, read before the catalog.
+    pub lsn: Lsn,
+    /// The server's clock at that moment, as PostgreSQL prints it: rows
+    /// committed after it are the ones at risk if the next look fails.
+    pub at: String,
+    pub identity: TableIdentity,
+}
+
+/// Reads the WAL position, then (in a second statement, so a later
+/// snapshot) the table's identity.
+pub async fn observe(client: &Client, t: &Target<'_>) -> Result<Observation, AdminError> {
+    let row = client
+        .query_one(
+            "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+                          ELSE pg_current_wal_lsn() END)::text, clock_timestamp()::text",
+            &[],
+        )
+        .await
+        .map_err(sql_err("reading the WAL position for the table watch"))?;
+    let lsn: String = row.get(0);
+    let lsn = lsn.parse().map_err(|_| AdminError::BadLsn { text: lsn })?;
+    let at: String = row.get(1);
+    let table = t.qualified_table();
+    let row = client
+        .query_one(
+            "WITH t AS (SELECT to_regclass($1)::oid AS relid), \
+                  p AS (SELECT oid, pubinsert FROM pg_publication WHERE pubname = $2) \
+             SELECT (SELECT relid FROM t), (SELECT oid FROM p), \
+                    (SELECT pr.oid FROM pg_publication_rel pr, p, t \
+                      WHERE pr.prpubid = p.oid AND pr.prrelid = t.relid), \
+                    EXISTS (SELECT 1 FROM pg_publication_tables \
+                             WHERE pubname = $2 AND schemaname = $3 AND tablename = $4), \
+                    coalesce((SELECT pubinsert FROM p), false)",
+            &[&table, &t.publication, &t.table_schema, &t.table_name],
+        )
+        .await
+        .map_err(sql_err("checking the outbox table's identity"))?;
+    Ok(Observation {
+        lsn,
+        at,
+        identity: TableIdentity {
+            table_oid: row.get(0),
+            publication_oid: row.get(1),
+            membership_oid: row.get(2),
+            published: row.get(3),
+            publishes_inserts: row.get(4),
+        },
+    })
+}
+
+/// How the table stopped being the one the stream carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableChange {
+    Dropped,
+    /// Another table now has the name (dropped and created, or renamed).
+    Replaced {
+        old: u32,
+        new: u32,
+    },
+    PublicationDropped,
+    PublicationReplaced,
+    /// Removed from the publication (or, partitioned, no longer published
+    /// through its root).
+    LeftPublication,
+    /// Removed from the publication and added again.
+    Republished,
+    InsertsNotPublished,
+}
+
+impl std::fmt::Display for TableChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TableChange::Dropped => write!(f, "was dropped or renamed"),
+            TableChange::Replaced { old, new } => write!(
+                f,
+                "was replaced: the name now belongs to another table (OID {old} became {new})"
+            ),
+            TableChange::PublicationDropped => write!(f, "lost its publication (dropped)"),
+            TableChange::PublicationReplaced => {
+                write!(f, "lost its publication (dropped and created again)")
+            }
+            TableChange::LeftPublication => write!(
+                f,
+                "left the publication (removed, or no longer published via the partition root)"
+            ),
+            TableChange::Republished => {
+                write!(f, "was removed from the publication and added again")
+            }
+            TableChange::InsertsNotPublished => {
+                write!(
+                    f,
+                    "is no longer published for inserts (publish option changed)"
+                )
+            }
+        }
+    }
+}
+
+/// The table as the session started with it versus now. Pure, so every
+/// change is unit-tested.
+pub fn judge(start: &TableIdentity, now: &TableIdentity) -> Result<(), TableChange> {
+    let Some(oid) = now.table_oid else {
+        return Err(TableChange::Dropped);
+    };
+    if let Some(old) = start.table_oid.filter(|old| *old != oid) {
+        return Err(TableChange::Replaced { old, new: oid });
+    }
+    match now.publication_oid {
+        None => return Err(TableChange::PublicationDropped),
+        Some(p) if Some(p) != start.publication_oid => {
+            return Err(TableChange::PublicationReplaced)
+        }
+        Some(_) => {}
+    }
+    if !now.publishes_inserts {
+        return Err(TableChange::InsertsNotPublished);
+    }
+    if !now.published {
+        return Err(TableChange::LeftPublication);
+    }
+    if now.membership_oid != start.membership_oid {
+        return Err(TableChange::Republished);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intact() -> TableIdentity {
+        TableIdentity {
+            table_oid: Some(16400),
+            publication_oid: Some(16410),
+            membership_oid: Some(16411),
+            published: true,
+            publishes_inserts: true,
+        }
+    }
+
+    #[test]
+    fn an_unchanged_table_is_intact() {
+        judge(&intact(), &intact()).unwrap();
+    }
+
+    #[test]
+    fn every_change_is_named() {
+        let cases = [
+            (
+                TableIdentity {
+                    table_oid: None,
+                    published: false,
+                    membership_oid: None,
+                    ..intact()
+                },
+                TableChange::Dropped,
+            ),
+            (
+                TableIdentity {
+                    table_oid: Some(16500),
+                    ..intact()
+                },
+                TableChange::Replaced {
+                    old: 16400,
+                    new: 16500,
+                },
+            ),
+            (
+                TableIdentity {
+                    publication_oid: None,
+                    ..intact()
+                },
+                TableChange::PublicationDropped,
+            ),
+            (
+                TableIdentity {
+                    publication_oid: Some(1),
+                    ..intact()
+                },
+                TableChange::PublicationReplaced,
+            ),
+            (
+                TableIdentity {
+                    published: false,
+                    membership_oid: None,
+                    ..intact()
+                },
+                TableChange::LeftPublication,
+            ),
+            (
+                TableIdentity {
+                    membership_oid: Some(16999),
+                    ..intact()
+                },
+                TableChange::Republished,
+            ),
+            (
+                TableIdentity {
+                    publishes_inserts: false,
+                    ..intact()
+                },
+                TableChange::InsertsNotPublished,
+            ),
+        ];
+        for (now, change) in cases {
+            assert_eq!(judge(&intact(), &now), Err(change), "{now:?}");
+        }
+    }
+}
