@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::poison::{EventIdentity, PoisonMemory};
-use super::table_watch::TableWatch;
+use super::table_watch::{TableWatch, WatchNews};
 use super::{RelayError, RelaySettings};
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent, RecordMapper};
@@ -255,7 +255,12 @@ impl<'a> Session<'a> {
                     tracing::info!(in_flight = s.tracker.in_flight(), "shutdown requested; draining");
                     drain_deadline = Some(Instant::now() + relay.shutdown_timeout);
                 }
-                reason = s.table_watch.changed(), if s.halted.is_none() => s.table_changed(reason),
+                // Also while halted: a server shutting down waits for our
+                // confirmation, which a halted relay never sends.
+                news = s.table_watch.news() => match news {
+                    WatchNews::Changed(reason) => s.table_changed(reason),
+                    WatchNews::Lost(e) => return Err(SourceError::from(e).into()),
+                },
                 report = s.sink.next_report() => {
                     let Some(report) = report else {
                         return Ok(SessionEnd::Reconnect("Kafka producer stopped".into()));

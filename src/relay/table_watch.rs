@@ -19,7 +19,12 @@
 //! intervals of confirmation lag.
 //!
 //! A failing SQL connection is an outage, not a change: the ceiling stops
-//! rising, and the task reconnects at the next interval.
+//! rising, and the task reconnects at the next interval. An outage that
+//! lasts ([`LOST_AFTER`]), or a server that says it is shutting down, ends
+//! the session ([`TableWatch::lost`]): a frozen ceiling would otherwise hold
+//! the walsender, and with it a fast shutdown of PostgreSQL, which waits for
+//! the client to confirm everything sent (seen: `pg_ctl restart` gave up
+//! after 60 s).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,11 +38,29 @@ use crate::source::admin::{self, quote_ident, AdminError, Observation, TableChan
 use crate::source::session::{ConfirmCeiling, SourceSettings};
 use crate::Lsn;
 
+/// How long the watch may fail to look before the session ends: a few
+/// looks, so a cut connection that reconnects at once is no outage.
+const LOST_AFTER: Duration = Duration::from_secs(5);
+
+/// SQLSTATEs of a server that is going away: admin_shutdown, crash_shutdown,
+/// cannot_connect_now.
+const SHUTTING_DOWN: [&str; 3] = ["57P01", "57P02", "57P03"];
+
+/// What the watch has to tell the session.
+pub(super) enum WatchNews {
+    /// The table changed: halt, with this reason.
+    Changed(String),
+    /// The watch cannot look: end the session.
+    Lost(AdminError),
+}
+
 /// What the watch task reports to the session.
 #[derive(Debug, Clone, Default)]
 struct WatchState {
     /// Set once the table changed: why, and what to do.
     changed: Option<String>,
+    /// Set when the watch cannot look any more: why.
+    lost: Option<String>,
     /// Looks completed; lets [`TableWatch::settle`] wait for the next one.
     looks: u64,
 }
@@ -47,6 +70,8 @@ pub(super) struct TableWatch {
     state: watch::Receiver<WatchState>,
     /// Asks the task for a look now instead of at the next interval.
     hurry: Arc<Notify>,
+    /// The change was told to the session (it is told once).
+    change_told: bool,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -89,11 +114,13 @@ impl TableWatch {
             hurry: Arc::clone(&hurry),
             interval,
             failing: false,
+            last_look: tokio::time::Instant::now(),
         }));
         Ok(TableWatch {
             ceiling,
             state,
             hurry,
+            change_told: false,
             task,
         })
     }
@@ -102,14 +129,22 @@ impl TableWatch {
         self.ceiling.clone()
     }
 
-    /// Resolves when the table changed, with the halt reason. Cancel-safe.
-    pub(super) async fn changed(&mut self) -> String {
+    /// Resolves when the table changed (with the halt reason) or the watch
+    /// cannot look any more (see [`LOST_AFTER`]). Cancel-safe.
+    pub(super) async fn news(&mut self) -> WatchNews {
         loop {
-            if let Some(reason) = self.state.borrow_and_update().changed.clone() {
-                return reason;
+            {
+                let state = self.state.borrow_and_update();
+                if let Some(cause) = state.lost.clone() {
+                    return WatchNews::Lost(AdminError::WatchLost { cause });
+                }
+                if let Some(reason) = state.changed.clone().filter(|_| !self.change_told) {
+                    self.change_told = true;
+                    return WatchNews::Changed(reason);
+                }
             }
             if self.state.changed().await.is_err() {
-                // The task ended without a change (it does not): never.
+                // The task ended without news (it does not): never.
                 std::future::pending::<()>().await;
             }
         }
@@ -145,12 +180,14 @@ struct Looker {
     interval: Duration,
     /// The last look failed (an outage, logged once).
     failing: bool,
+    /// When the last look succeeded (or the watch started).
+    last_look: tokio::time::Instant,
 }
 
 async fn watch_loop(mut l: Looker) {
-    if l.tx.borrow().changed.is_some() {
-        return;
-    }
+    // After a change the ceiling stays where it is; looking goes on only to
+    // notice a server going away (see `lost`).
+    let mut changed = l.tx.borrow().changed.is_some();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(l.interval) => {}
@@ -166,12 +203,31 @@ async fn watch_loop(mut l: Looker) {
                 }
                 l.failing = true;
                 l.client = None;
+                let shutting_down = match &e {
+                    AdminError::Connect { error, .. } | AdminError::Sql { source: error, .. } => {
+                        error
+                            .as_db_error()
+                            .is_some_and(|db| SHUTTING_DOWN.contains(&db.code().code()))
+                    }
+                    _ => false,
+                };
+                if shutting_down || l.last_look.elapsed() >= LOST_AFTER.max(l.interval * 3) {
+                    l.tx.send_modify(|s| {
+                        s.lost = Some(e.to_string());
+                        s.looks += 1;
+                    });
+                    return;
+                }
                 l.tx.send_modify(|s| s.looks += 1);
                 continue;
             }
         };
+        l.last_look = tokio::time::Instant::now();
         if std::mem::take(&mut l.failing) {
             tracing::info!("table watch: looking at the outbox table again");
+        }
+        if changed {
+            continue;
         }
         match admin::judge(&l.start, &now.identity) {
             Ok(()) => {
@@ -185,7 +241,7 @@ async fn watch_loop(mut l: Looker) {
                     s.changed = Some(reason);
                     s.looks += 1;
                 });
-                return;
+                changed = true;
             }
         }
     }

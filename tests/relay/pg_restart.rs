@@ -80,3 +80,61 @@ async fn database_restart_and_crash_lose_nothing() {
         v.delivered, v.duplicates
     );
 }
+
+/// A fast shutdown makes each walsender wait until its client has confirmed
+/// everything sent, the shutdown checkpoint included. A relay that cannot
+/// confirm (its table watch cannot look at a server that is shutting down;
+/// a halted relay never confirms past the poison event) must let go of the
+/// stream, or `pg_ctl stop` waits until it gives up (60 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_shutdown_is_not_held_up_by_a_running_or_a_halted_relay() {
+    let broker = shared();
+    let e = env(
+        broker.bootstrap(),
+        "pgstop",
+        "[relay]\nreconnect_backoff_max = \"2s\"\n",
+    );
+    let relay = Relay::start(&e);
+    let pg = &e.pg;
+    let start = confirmed_lsn(pg, "pgstop");
+    let insert = |n: u32| {
+        format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+             VALUES ('p', 'a', 'small', '{{\"n\": {n}}}')"
+        )
+    };
+    tokio::task::block_in_place(|| {
+        pg.psql("app", &insert(1));
+        wait_for("a first confirmation", Duration::from_secs(60), || {
+            confirmed_lsn(pg, "pgstop") > start
+        });
+        let t = Instant::now();
+        pg.stop();
+        let running = t.elapsed();
+        pg.start_again();
+
+        // Halted: an event over the broker's message.max.bytes under the
+        // default on_error = "stop".
+        pg.psql(
+            "app",
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+             SELECT 'p', 'a', 'huge', jsonb_build_object('blob', string_agg(md5(i::text), '')) \
+             FROM generate_series(1, 48000) i",
+        );
+        wait_for("the halt", Duration::from_secs(90), || {
+            relay.log().contains("relay halted")
+        });
+        let t = Instant::now();
+        pg.stop();
+        let halted = t.elapsed();
+        eprintln!("fast shutdown with a running relay: {running:?}, with a halted one: {halted:?}");
+        for (what, took) in [("running", running), ("halted", halted)] {
+            assert!(
+                took < Duration::from_secs(20),
+                "pg_ctl stop -m fast took {took:?} with a {what} relay; relay log:\n{}",
+                relay.log()
+            );
+        }
+        pg.start_again();
+    });
+}

@@ -17,6 +17,12 @@ pub enum AdminError {
     },
     #[error("connecting to PostgreSQL at {server} timed out after {seconds}s (postgres.connect_timeout)")]
     ConnectTimeout { server: String, seconds: u64 },
+    /// The table watch could not look at the table: the session ends (its
+    /// confirmation is frozen meanwhile, and a server shutting down waits
+    /// for our confirmation before it stops), and the next one starts when
+    /// PostgreSQL answers again.
+    #[error("the table watch cannot reach PostgreSQL ({cause}); ending the session, to resume from the slot")]
+    WatchLost { cause: String },
     #[error(transparent)]
     Tls(#[from] crate::source::replication::tls::TlsConfigError),
     #[error("{context}: {}", describe_pg_error(source))]
@@ -127,9 +133,9 @@ impl AdminError {
             AdminError::Connect { error, .. } | AdminError::Sql { source: error, .. } => {
                 pg_error_disposition(error)
             }
-            AdminError::ConnectTimeout { .. } | AdminError::SlotActive { .. } => {
-                Disposition::Transient
-            }
+            AdminError::ConnectTimeout { .. }
+            | AdminError::SlotActive { .. }
+            | AdminError::WatchLost { .. } => Disposition::Transient,
             // Everything else names a setting or a server change to make.
             _ => Disposition::Permanent,
         }
