@@ -90,9 +90,16 @@ impl Sender {
                         String::from_utf8_lossy(record.event_id.as_deref().unwrap_or_default())
                     ));
                 };
-                let too_large = code == RDKafkaErrorCode::MessageSizeTooLarge;
+                use RDKafkaErrorCode as C;
+                let too_large = matches!(
+                    code,
+                    C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge
+                );
+                let error = format!("{message} ({code:?})");
+                tracing::warn!(%error, topic = &*dlq, "Kafka refused a record: dead-lettered");
+                // The relay's kind for a refused record.
                 let copy =
-                    dead_letter_refused(&record, &dlq, &event, "kafka", &message, too_large);
+                    dead_letter_refused(&record, &dlq, &event, "delivery", &error, too_large);
                 self.send(copy, Sent::DeadLetter, summary)
                     .await
                     .map_err(|r| format!("Kafka refused the dead-letter copy too: {}", r.message))
