@@ -93,6 +93,8 @@ pub enum BackfillError {
         value: String,
         reason: String,
     },
+    #[error("--until ({until}) is not after --since ({since}): the window holds no time")]
+    EmptyWindow { since: String, until: String },
     #[error(transparent)]
     Mapping(#[from] MappingConfigError),
     #[error(transparent)]

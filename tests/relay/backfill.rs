@@ -217,6 +217,17 @@ fn dry_run_counts_per_topic_and_sends_nothing() {
         "{}",
         run.stdout
     );
+    // An empty window is a mistake, not zero rows.
+    let run = backfill(
+        &e.config,
+        &["--since", UNTIL, "--until", SINCE, "--dry-run"],
+    );
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("is not after --since"),
+        "{}",
+        run.stderr
+    );
     std::thread::sleep(Duration::from_secs(2));
     for t in ["bfdry.order", "bfdry.payment"] {
         assert_eq!(broker.record_count(t), 0, "{t} got records from a dry run");

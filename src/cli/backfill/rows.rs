@@ -69,6 +69,20 @@ impl RowReader {
             Some(u) => Some(bound(client, "--until", u).await?),
             None => None,
         };
+        if let Some(until) = &until {
+            let sql = format!(
+                "SELECT {}::timestamptz < {}::timestamptz",
+                literal(&since),
+                literal(until)
+            );
+            let ordered = simple(client, &sql, "comparing --since and --until").await?;
+            if ordered.first().and_then(|r| r.first().cloned().flatten()) != Some("t".into()) {
+                return Err(BackfillError::EmptyWindow {
+                    since,
+                    until: until.clone(),
+                });
+            }
+        }
         let info = TableInfo {
             oid: 0,
             schema: schema.to_owned(),
