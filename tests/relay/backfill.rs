@@ -452,3 +452,41 @@ fn oversized_row_goes_to_the_dead_letter_topic_without_its_value() {
     assert_eq!(dead[0].header(HEADER), Some(&b"true"[..]));
     assert_eq!(broker.record_count("bfbig.order"), 2);
 }
+
+/// On a terminal (a pty from `script`) the backfill draws a progress bar
+/// on stderr; piped, as in every other test here, it draws none. The
+/// summary line comes either way.
+#[test]
+fn progress_bar_only_on_a_terminal() {
+    let broker = shared();
+    let e = env(broker.bootstrap(), "bftty", &config("bftty", ""));
+    write_rows(&e);
+    let command = format!(
+        "{} backfill --config {} --since {SINCE} --until {UNTIL} --dry-run",
+        bin(),
+        e.config.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("OUTBOXD_LOG", "warn")
+        .output()
+        .expect("run script");
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{tty}");
+    assert!(
+        tty.contains(&format!("/{INSIDE} rows")),
+        "no progress bar:\n{tty}"
+    );
+    assert!(tty.contains("would publish 60"), "no summary:\n{tty}");
+
+    let piped = backfill(
+        &e.config,
+        &["--since", SINCE, "--until", UNTIL, "--dry-run"],
+    );
+    assert!(!piped.stderr.contains(" rows ("), "{}", piped.stderr);
+    assert!(
+        piped.stdout.contains("would publish 60"),
+        "{}",
+        piped.stdout
+    );
+}
