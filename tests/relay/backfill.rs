@@ -101,7 +101,16 @@ fn config(slot: &str, rest: &str) -> String {
 #[test]
 fn backfill_sends_exactly_the_window_as_the_relay_did_plus_its_header() {
     let broker = shared();
-    let e = env(broker.bootstrap(), "bfwin", &config("bfwin", ""));
+    // Headers from a boolean and an inet column: their output functions
+    // print `t` and `10.0.0.1`, where a `::text` cast gives `true` and
+    // `10.0.0.1/32`.
+    let headers = "[routing.additional_headers]\nurgent = \"urgent\"\norigin = \"origin\"\n";
+    let e = env(broker.bootstrap(), "bfwin", &config("bfwin", headers));
+    e.pg.psql(
+        "app",
+        "ALTER TABLE outbox ADD COLUMN urgent boolean NOT NULL DEFAULT true, \
+         ADD COLUMN origin inet NOT NULL DEFAULT '10.0.0.1'",
+    );
     let relay = Relay::start(&e);
     write_rows(&e);
     let topics = ["bfwin.order", "bfwin.payment"];
@@ -153,6 +162,18 @@ fn backfill_sends_exactly_the_window_as_the_relay_did_plus_its_header() {
         let mut headers = r.headers.clone();
         headers.push((HEADER.to_owned(), b"true".to_vec()));
         assert_eq!(b.headers, headers, "headers of {}", id_of(b));
+    }
+    for b in &backfilled {
+        assert_eq!(
+            b.header("urgent"),
+            Some(&b"t"[..]),
+            "as pgoutput prints a boolean"
+        );
+        assert_eq!(
+            b.header("origin"),
+            Some(&b"10.0.0.1"[..]),
+            "as pgoutput prints inet"
+        );
     }
     assert!(
         backfilled.iter().any(|b| b.header("trace").is_some()),
