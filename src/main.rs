@@ -5,11 +5,11 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use outboxd::cli::{check, settings, tail};
+use outboxd::cli::{backfill, check, settings, tail};
 use outboxd::config::{Config, ConfigError, LogFormat};
 use outboxd::source::session::SourceSettings;
 
-/// Exit code of `run` and `tail` when they fail after the configuration was
+/// Exit code of `run`, `tail` and `backfill` when they fail after the configuration was
 /// accepted.
 const EXIT_FAILED: u8 = 1;
 /// Exit code of every subcommand when the configuration cannot be read,
@@ -58,6 +58,37 @@ enum Command {
         /// Stop after printing this many events.
         #[arg(long)]
         limit: Option<u64>,
+    },
+    /// Publish the outbox rows still in the table whose time column is in
+    /// [--since, --until), as `run` would plus the header
+    /// `outboxd.backfill: true`. Reads the table, not the slot.
+    /// Exit code 0: every row read was acknowledged (or dead-lettered);
+    /// 1: failed or stopped early (the summary says what was not sent);
+    /// 2: invalid configuration.
+    Backfill {
+        /// Configuration file (TOML). Optional when OUTBOXD_<SECTION>__<KEY>
+        /// variables supply every required key; they win over the file.
+        #[arg(long, short, env = "OUTBOXD_CONFIG")]
+        config: Option<PathBuf>,
+        /// Rows from this time on (inclusive): RFC 3339
+        /// (2026-12-01T10:00:00Z) or any PostgreSQL timestamptz literal
+        /// ('2026-12-01 10:00:00+01', 'yesterday'); without an offset, in
+        /// the server's TimeZone.
+        #[arg(long)]
+        since: String,
+        /// Rows before this time (exclusive); default: no upper bound.
+        #[arg(long)]
+        until: Option<String>,
+        /// Read and map the rows and count them per topic; send nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The column the window applies to. Default: outbox.columns.timestamp
+        /// if set, else created_at.
+        #[arg(long)]
+        time_column: Option<String>,
+        /// Rows read per query.
+        #[arg(long, default_value_t = backfill::DEFAULT_BATCH)]
+        batch_size: usize,
     },
     /// Check that PostgreSQL and Kafka are ready for `run`, creating nothing.
     /// Exit code 0: ready; 1: a check failed; 2: unreadable configuration.
@@ -164,6 +195,39 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             tail::run(&source, &opts, &mut stdout, shutdown_signal())
                 .await
                 .with_context(|| format!("tail of slot {:?} failed", cfg.postgres.slot))?;
+        }
+        Command::Backfill {
+            config,
+            since,
+            until,
+            dry_run,
+            time_column,
+            batch_size,
+        } => {
+            let (cfg, source) = load(config.as_deref(), !dry_run)?;
+            let opts = backfill::BackfillOptions {
+                since,
+                until,
+                dry_run,
+                time_column,
+                batch: batch_size,
+            };
+            let progress = backfill::Progress::for_stderr();
+            let summary = backfill::run(&cfg, &source, &opts, &progress, shutdown_signal())
+                .await
+                .context("backfill failed before sending anything")?;
+            println!("{summary}");
+            if !summary.complete() {
+                return Err(Failure::Runtime(anyhow::anyhow!(
+                    "backfill incomplete: {} of {} rows read were not acknowledged by Kafka \
+                     (failed {}, not sent {}); running it again is safe, consumers drop \
+                     duplicates by id",
+                    summary.failed + summary.not_sent(),
+                    summary.read,
+                    summary.failed,
+                    summary.not_sent()
+                )));
+            }
         }
         // Dispatched in `main`: it has exit codes of its own.
         Command::Check { .. } => unreachable!("`check` is run by main"),

@@ -36,6 +36,10 @@ pub use dead_letter::{
     HEADER_ERROR, HEADER_ERROR_KIND, HEADER_LSN, HEADER_TOPIC, HEADER_VALUE_SIZE, HEADER_XID,
 };
 pub use deliver::EVENTS_TARGET;
+// The relay's dead-letter records, for `outboxd backfill`.
+pub(crate) use dead_letter::{
+    from_record as dead_letter_refused, from_unmappable as dead_letter_unmappable,
+};
 use poison::PoisonMemory;
 use session::{Session, SessionEnd};
 

@@ -1,8 +1,8 @@
 //! The binary as operators run it: exit codes, and no secret in any output.
-//! `run`, `tail` and `check` exit 2 on a configuration they cannot use (a
-//! supervisor can tell that from an outage), and never print a password,
-//! not even when quoting a broken line of the file. A halted relay stops at
-//! once on SIGTERM.
+//! `run`, `tail`, `check` and `backfill` exit 2 on a configuration they
+//! cannot use (a supervisor can tell that from an outage), and never print a
+//! password, not even when quoting a broken line of the file. A halted
+//! relay stops at once on SIGTERM.
 
 use std::path::Path;
 use std::process::Command;
@@ -26,6 +26,9 @@ fn outboxd(sub: &str, config: &Path, env: &[(&str, &str)]) -> Output {
     if sub == "tail" {
         cmd.args(["--limit", "0"]);
     }
+    if sub == "backfill" {
+        cmd.args(["--since", "2026-12-01T00:00:00Z"]);
+    }
     let out = cmd
         .envs(env.iter().copied())
         .env("OUTBOXD_LOG", "debug")
@@ -41,7 +44,7 @@ fn outboxd(sub: &str, config: &Path, env: &[(&str, &str)]) -> Output {
     }
 }
 
-const SUBCOMMANDS: [&str; 3] = ["run", "tail", "check"];
+const SUBCOMMANDS: [&str; 4] = ["run", "tail", "check", "backfill"];
 
 /// A TOML syntax error on the url line (the closing quote is missing), with
 /// the password written into the file and substituted from the environment.

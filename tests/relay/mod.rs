@@ -1,6 +1,7 @@
-//! `outboxd run` against a real PostgreSQL and a real Kafka broker: the
-//! delivery guarantees, including under faults.
+//! `outboxd run` (and `outboxd backfill`) against a real PostgreSQL and a
+//! real Kafka broker: the delivery guarantees, including under faults.
 
+mod backfill;
 mod backpressure;
 mod column_types;
 mod dead_link;

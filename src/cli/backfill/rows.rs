@@ -1,0 +1,267 @@
+//! Reading the outbox table for a backfill: the table's shape, the time
+//! column, the window, and pages of rows as [`OutboxEvent`]s the mapper
+//! takes exactly as it takes pgoutput's.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+use super::query::{literal, Column, PageQuery, TimeKind};
+use super::{pg_message, BackfillError, BackfillOptions};
+use crate::config::outbox::ColumnsConfig;
+use crate::outbox::mapper::CREATED_AT_COLUMN;
+use crate::outbox::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
+use crate::source::admin::quote_ident;
+use crate::Lsn;
+
+/// Where the time column comes from, for errors that name the fix.
+pub const TIME_COLUMN_FLAG: &str = "--time-column";
+
+/// Pages of the window, in time order then id.
+pub struct RowReader {
+    query: PageQuery,
+    table: Arc<TableInfo>,
+    /// Time and id text of the last row read.
+    after: Option<(String, String)>,
+    done: bool,
+}
+
+impl RowReader {
+    /// Looks the table up, picks the time column (`time_column`, else
+    /// `outbox.columns.timestamp`, else `created_at`) and has PostgreSQL
+    /// read the bounds, so `since`/`until` take whatever a `timestamptz`
+    /// literal takes.
+    pub async fn open(
+        client: &Client,
+        schema: &str,
+        name: &str,
+        columns_cfg: &ColumnsConfig,
+        opts: &BackfillOptions,
+    ) -> Result<RowReader, BackfillError> {
+        let id_column = columns_cfg.id.as_str();
+        let (since, until, batch) = (opts.since.as_str(), opts.until.as_deref(), opts.batch);
+        let table = format!("{}.{}", quote_ident(schema), quote_ident(name));
+        let columns = columns(client, &table, &format!("{schema}.{name}")).await?;
+        let find = |c: &str| columns.iter().position(|col| col.name == c);
+        let configured_timestamp = columns_cfg.column_for_role("timestamp");
+        let (time_name, from) = match (opts.time_column.as_deref(), configured_timestamp) {
+            (Some(c), _) => (c, TIME_COLUMN_FLAG),
+            (None, Some(c)) => (c, "outbox.columns.timestamp"),
+            (None, None) => (CREATED_AT_COLUMN, "the default"),
+        };
+        let time = find(time_name).ok_or_else(|| BackfillError::NoTimeColumn {
+            table: format!("{schema}.{name}"),
+            column: time_name.to_owned(),
+            from,
+        })?;
+        let time_kind =
+            TimeKind::of(columns[time].type_oid).ok_or_else(|| BackfillError::NotATime {
+                column: time_name.to_owned(),
+                type_name: columns[time].type_name.clone(),
+            })?;
+        let id = find(id_column).ok_or_else(|| BackfillError::NoIdColumn {
+            table: format!("{schema}.{name}"),
+            column: id_column.to_owned(),
+        })?;
+        let since = bound(client, "--since", since).await?;
+        let until = match until {
+            Some(u) => Some(bound(client, "--until", u).await?),
+            None => None,
+        };
+        if let Some(until) = &until {
+            let sql = format!(
+                "SELECT {}::timestamptz < {}::timestamptz",
+                literal(&since),
+                literal(until)
+            );
+            let ordered = simple(client, &sql, "comparing --since and --until").await?;
+            if ordered.first().and_then(|r| r.first().cloned().flatten()) != Some("t".into()) {
+                return Err(BackfillError::EmptyWindow {
+                    since,
+                    until: until.clone(),
+                });
+            }
+        }
+        let info = TableInfo {
+            oid: 0,
+            schema: schema.to_owned(),
+            name: name.to_owned(),
+            columns: columns
+                .iter()
+                .map(|c| ColumnInfo {
+                    name: c.name.clone(),
+                    type_oid: c.type_oid,
+                })
+                .collect(),
+        };
+        Ok(RowReader {
+            query: PageQuery {
+                table,
+                columns,
+                time,
+                id,
+                time_kind,
+                since,
+                until,
+                batch: batch.max(1),
+            },
+            table: Arc::new(info),
+            after: None,
+            done: false,
+        })
+    }
+
+    /// The time column's name.
+    pub fn time_column(&self) -> &str {
+        &self.query.columns[self.query.time].name
+    }
+
+    /// The bounds as PostgreSQL read them.
+    pub fn window(&self) -> (&str, Option<&str>) {
+        (&self.query.since, self.query.until.as_deref())
+    }
+
+    /// Rows in the window now (for the progress bar; rows written meanwhile
+    /// may add to it).
+    pub async fn count(&self, client: &Client) -> Result<u64, BackfillError> {
+        let rows = simple(client, &self.query.count(), "counting the rows to backfill").await?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.first().cloned().flatten())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
+    }
+
+    /// The next page of events; empty once the window is read.
+    pub async fn next_page(&mut self, client: &Client) -> Result<Vec<OutboxEvent>, BackfillError> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        let after = self.after.as_ref().map(|(t, i)| (t.as_str(), i.as_str()));
+        let sql = self.query.page(after);
+        let rows = simple(client, &sql, "reading outbox rows").await?;
+        if rows.len() < self.query.batch {
+            self.done = true;
+        }
+        if let Some(last) = rows.last() {
+            let text = |i: usize| last[i].clone().unwrap_or_default();
+            self.after = Some((text(self.query.time), text(self.query.id)));
+        }
+        Ok(rows.into_iter().map(|values| self.event(values)).collect())
+    }
+
+    /// An event as the source would hand it on, but with no transaction
+    /// behind it: LSN 0/0 and xid 0 (the commit is long gone), and now as
+    /// its "commit time". That is what the record timestamp falls back to
+    /// (as for the relay, the `outbox.columns.timestamp` column wins), so a
+    /// backfilled record is not older than its topic's `retention.ms` or
+    /// `message.timestamp.*.max.ms` allow; the envelope's `occurredAt`
+    /// still comes from the row (timestamp column, else `created_at`).
+    fn event(&self, values: Vec<Option<String>>) -> OutboxEvent {
+        let values = values
+            .into_iter()
+            .map(|v| match v {
+                Some(s) => ColumnValue::Text(Bytes::from(s)),
+                None => ColumnValue::Null,
+            })
+            .collect();
+        OutboxEvent {
+            commit_lsn: Lsn::ZERO,
+            xid: 0,
+            commit_time_us: now_us(),
+            kind: EventKind::Row(Row {
+                table: Arc::clone(&self.table),
+                values,
+            }),
+        }
+    }
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// The table's columns as pgoutput describes them: not dropped, not
+/// generated (pgoutput leaves generated columns out), in column order.
+async fn columns(
+    client: &Client,
+    table: &str,
+    display: &str,
+) -> Result<Vec<Column>, BackfillError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid::oid, format_type(a.atttypid, a.atttypmod) \
+             FROM pg_attribute a \
+             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
+               AND NOT a.attisdropped AND a.attgenerated = '' \
+             ORDER BY a.attnum",
+            &[&table],
+        )
+        .await
+        .map_err(|source| BackfillError::Sql {
+            context: "looking up the outbox table",
+            source,
+        })?;
+    if rows.is_empty() {
+        return Err(BackfillError::NoTable {
+            table: display.to_owned(),
+        });
+    }
+    Ok(rows
+        .iter()
+        .map(|r| Column {
+            name: r.get(0),
+            type_oid: r.get(1),
+            type_name: r.get(2),
+        })
+        .collect())
+}
+
+/// A `--since` / `--until` value as an absolute `timestamptz`, read once
+/// (so `yesterday` or `now` means the same on every page).
+async fn bound(client: &Client, flag: &'static str, text: &str) -> Result<String, BackfillError> {
+    let sql = format!("SELECT {}::timestamptz", literal(text));
+    let rows = client
+        .simple_query(&sql)
+        .await
+        .map_err(|source| BackfillError::InvalidTime {
+            flag,
+            value: text.to_owned(),
+            reason: pg_message(&source),
+        })?;
+    rows.iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .ok_or_else(|| BackfillError::InvalidTime {
+            flag,
+            value: text.to_owned(),
+            reason: "PostgreSQL returned no value".into(),
+        })
+}
+
+/// Runs one simple-protocol statement; each row as its columns' text.
+async fn simple(
+    client: &Client,
+    sql: &str,
+    context: &'static str,
+) -> Result<Vec<Vec<Option<String>>>, BackfillError> {
+    let messages = client
+        .simple_query(sql)
+        .await
+        .map_err(|source| BackfillError::Sql { context, source })?;
+    Ok(messages
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+            }
+            _ => None,
+        })
+        .collect())
+}
