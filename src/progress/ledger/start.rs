@@ -163,8 +163,8 @@ impl fmt::Display for StartGap {
         write!(
             f,
             "the server would resume at {}, so events committed in between would never reach \
-             Kafka. To recover: backfill them (docs/operations.md, \"Backfill\"), then start \
-             once with `outboxd run --accept-gap`, which resumes at the server's position and \
+             Kafka. To recover: backfill them (docs/operations.md, \"Position ledger\"), then \
+             start once with `outboxd run --accept-gap`, which resumes at the server's position and \
              records the accepted range in the ledger",
             self.resume_lsn
         )
