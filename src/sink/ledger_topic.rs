@@ -89,7 +89,10 @@ pub enum LedgerTopicError {
     )]
     NotCompacted { topic: String, policy: String },
 
-    #[error("cannot describe the configuration of the ledger topic `{topic}`: {code}")]
+    #[error(
+        "cannot read the configuration of the ledger topic `{topic}` (kafka.ledger_topic) to \
+         check that it is compacted: {code}; grant the principal DESCRIBE_CONFIGS on the topic"
+    )]
     Describe {
         topic: String,
         code: RDKafkaErrorCode,
@@ -528,6 +531,24 @@ fn read_to_end(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_record_is_the_identity_key_and_the_json_entry() {
+        use crate::progress::ledger::{LedgerWriter, LEDGER_VERSION};
+        let identity = LedgerIdentity {
+            system_identifier: "42".into(),
+            database: "app".into(),
+            slot: "s".into(),
+        };
+        let entry = LedgerWriter::new(identity, 3, Duration::from_secs(1), None)
+            .flush(crate::Lsn(0x10), 5)
+            .unwrap();
+        let (key, value) = ledger_record(&entry);
+        assert_eq!(key, "42/app/s");
+        let parsed = LedgerEntry::from_json(&value).unwrap();
+        assert_eq!((parsed.version, parsed.timeline), (LEDGER_VERSION, 3));
+        assert_eq!(parsed, entry);
+    }
 
     #[test]
     fn only_pure_compaction_counts() {
