@@ -19,6 +19,11 @@ pub const DEFAULT_TOPIC_PARTITIONS: i32 = 1;
 /// Replication factor 1 for created topics, again so a single dev broker
 /// accepts it. Use -1 (broker default) or 3 in production.
 pub const DEFAULT_TOPIC_REPLICATION_FACTOR: i32 = 1;
+/// The position ledger's compacted topic (issue 8): like Kafka Connect's
+/// `connect-offsets`, one topic a cluster's relays share, one key each.
+pub const DEFAULT_LEDGER_TOPIC: &str = "outboxd.positions";
+/// Kafka's limit on a topic name's length.
+const MAX_TOPIC_NAME: usize = 249;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -32,6 +37,8 @@ pub struct KafkaConfig {
     pub topic_partitions: i32,
     /// Replication factor for topics outboxd creates; -1 = broker default.
     pub topic_replication_factor: i32,
+    /// The position ledger's topic (compacted; see `crate::sink::LedgerTopic`).
+    pub ledger_topic: String,
     /// librdkafka properties, passed through. Values may be written as TOML
     /// strings, integers or booleans; dotted keys may be quoted
     /// (`"security.protocol" = "SSL"`) or bare (`security.protocol = "SSL"`,
@@ -47,6 +54,7 @@ impl Default for KafkaConfig {
             create_topics: DEFAULT_CREATE_TOPICS,
             topic_partitions: DEFAULT_TOPIC_PARTITIONS,
             topic_replication_factor: DEFAULT_TOPIC_REPLICATION_FACTOR,
+            ledger_topic: DEFAULT_LEDGER_TOPIC.to_owned(),
             properties: BTreeMap::new(),
         }
     }
@@ -76,6 +84,7 @@ impl KafkaConfig {
                 ));
             }
         }
+        validate_topic_name("kafka.ledger_topic", &self.ledger_topic)?;
         if self.properties.contains_key("bootstrap.servers") {
             return Err(ConfigError::invalid(
                 "kafka.properties.\"bootstrap.servers\"",
@@ -138,6 +147,22 @@ impl KafkaConfig {
             ),
         ))
     }
+}
+
+/// Kafka's rule for a topic name: 1 to 249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
+fn validate_topic_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    let legal = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if name.is_empty() || name.len() > MAX_TOPIC_NAME || !legal || name == "." || name == ".." {
+        return Err(ConfigError::invalid(
+            key,
+            format!(
+                "`{name}` is not a Kafka topic name: use 1 to {MAX_TOPIC_NAME} of a-z, A-Z,                  0-9, `.`, `_`, `-`"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn de_properties<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
@@ -252,6 +277,21 @@ mod tests {
         let err = parse("[properties]\nx = 1.5").unwrap_err().to_string();
         assert!(err.contains("string, integer or boolean"), "{err}");
         assert!(parse("[properties]\nx = [1]").is_err());
+    }
+
+    #[test]
+    fn ledger_topic_defaults_and_must_be_a_topic_name() {
+        let k = parse("").unwrap();
+        assert_eq!(k.ledger_topic, "outboxd.positions");
+        k.validate().unwrap();
+        for bad in ["", "a b", "pos/itions", ".."] {
+            let k = KafkaConfig {
+                ledger_topic: bad.into(),
+                ..KafkaConfig::default()
+            };
+            let err = k.validate().unwrap_err().to_string();
+            assert!(err.contains("kafka.ledger_topic"), "{err}");
+        }
     }
 
     #[test]

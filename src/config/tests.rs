@@ -33,6 +33,7 @@ const ALL_KEYS: &[&str] = &[
     "kafka.create_topics",
     "kafka.topic_partitions",
     "kafka.topic_replication_factor",
+    "kafka.ledger_topic",
     "routing.topic",
     "routing.value",
     "routing.tombstone_on_empty_payload",

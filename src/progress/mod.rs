@@ -39,6 +39,7 @@
 //!
 //! Pure and synchronous: no I/O, no clock, O(1) amortized per operation.
 
+pub mod ledger;
 mod tracker;
 
 pub use tracker::{AckTracker, DeliveryId, TrackerError};

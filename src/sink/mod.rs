@@ -44,12 +44,14 @@
 //!
 //! Files: `config` (properties, pure), `delivery` (reports and their
 //! classification), `producer` ([`KafkaSink`]), `topics` ([`TopicManager`]),
+//! `ledger_topic` ([`LedgerTopic`], the position ledger's topic),
 //! `client_log` (librdkafka's log lines into tracing), `error`.
 
 mod client_log;
 mod config;
 mod delivery;
 mod error;
+mod ledger_topic;
 mod producer;
 mod topics;
 
@@ -62,5 +64,9 @@ pub use delivery::{
     classify, Delivered, DeliveryContext, DeliveryFailure, DeliveryReport, FailureKind, StatsHook,
 };
 pub use error::{SendError, SinkConfigError, SinkError};
+pub use ledger_topic::{
+    inspect_ledger_topic, ledger_record, new_ledger_topic, LedgerTopic, LedgerTopicError,
+    LedgerTopicState, LEDGER_TOPIC_PARTITIONS,
+};
 pub use producer::{KafkaSink, STATS_INTERVAL_MS};
 pub use topics::TopicManager;

@@ -13,7 +13,7 @@ use crate::harness::outboxd::bin;
 use crate::harness::pg::PgOptions;
 use support::{check, env, topic_exists, SLOT};
 
-const EVERY_CHECK: [&str; 13] = [
+const EVERY_CHECK: [&str; 14] = [
     "config",
     "postgres",
     "server version",
@@ -26,6 +26,7 @@ const EVERY_CHECK: [&str; 13] = [
     "outbox columns",
     "kafka",
     "topics",
+    "ledger topic",
     "idempotence",
 ];
 
@@ -62,7 +63,7 @@ fn healthy_setup_passes_and_creates_nothing() {
             assert!(names.contains(&name), "no {name:?} line:\n{out}");
         }
         assert!(
-            out.stdout.contains("summary: 15 ok, 0 warn, 0 FAIL"),
+            out.stdout.contains("summary: 16 ok, 0 warn, 0 FAIL"),
             "{out}"
         );
         assert!(

@@ -6,6 +6,7 @@ pub(crate) mod check;
 mod cli;
 mod env_overrides;
 mod helm;
+mod ledger_check;
 mod logs;
 mod metrics;
 mod prometheus;

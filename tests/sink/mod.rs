@@ -2,3 +2,4 @@
 //! what Kafka holds.
 
 mod fresh_topic;
+mod ledger_topic;

@@ -1,6 +1,7 @@
 //! The Kafka half of `outboxd check`: the brokers answer, the topics known
-//! before any event (no placeholders) exist or may be created, and the
-//! cluster lets an idempotent producer in.
+//! before any event (no placeholders) exist or may be created, the position
+//! ledger's topic is compacted or may be created so, and the cluster lets an
+//! idempotent producer in.
 //!
 //! Creating nothing: topic creation is asked with CreateTopics
 //! `validate_only`, and the idempotence probe is a producer that never
@@ -24,7 +25,10 @@ use rdkafka::ClientContext;
 
 use crate::config::routing::{parse_template, TemplatePart};
 use crate::config::{Config, OnError};
-use crate::sink::{admin_client_config, client_config, SinkError};
+use crate::sink::{
+    admin_client_config, client_config, inspect_ledger_topic, new_ledger_topic, LedgerTopicError,
+    LedgerTopicState, SinkError, LEDGER_TOPIC_PARTITIONS,
+};
 
 use super::Line;
 
@@ -39,6 +43,7 @@ pub fn skipped(why: &str) -> Vec<Line> {
     vec![
         Line::skip("kafka", why),
         Line::skip("topics", why),
+        Line::skip("ledger topic", why),
         Line::skip("idempotence", why),
     ]
 }
@@ -72,6 +77,7 @@ pub async fn check(brokers: String, cfg: Config) -> Vec<Line> {
                 format!("{n} broker(s) answered a metadata request via {brokers}"),
             )];
             lines.extend(topic_lines(&admin, &cfg).await);
+            lines.push(ledger_line(&admin, &cfg).await);
             lines.push(idempotence_line(&brokers, &cfg).await);
             lines
         }
@@ -189,7 +195,12 @@ async fn topic_line(
                     },
                 );
             }
-            match validate_creation(admin, cfg, topic).await {
+            let new = NewTopic::new(
+                topic,
+                cfg.kafka.topic_partitions,
+                TopicReplication::Fixed(cfg.kafka.topic_replication_factor),
+            );
+            match validate_creation(admin, &new).await {
                 Ok(()) => Line::ok(
                     "topics",
                     format!(
@@ -227,20 +238,14 @@ async fn topic_line(
 /// creates nothing.
 async fn validate_creation(
     admin: &AdminClient<DefaultClientContext>,
-    cfg: &Config,
-    topic: &str,
+    new: &NewTopic<'_>,
 ) -> Result<(), RDKafkaErrorCode> {
-    let new = NewTopic::new(
-        topic,
-        cfg.kafka.topic_partitions,
-        TopicReplication::Fixed(cfg.kafka.topic_replication_factor),
-    );
     let options = AdminOptions::new()
         .validate_only(true)
         .operation_timeout(Some(METADATA_TIMEOUT))
         .request_timeout(Some(METADATA_TIMEOUT));
     let results = admin
-        .create_topics([&new], &options)
+        .create_topics([new], &options)
         .await
         .map_err(|e| e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail))?;
     for result in results {
@@ -250,6 +255,55 @@ async fn validate_creation(
         }
     }
     Ok(())
+}
+
+/// The position ledger's topic (`kafka.ledger_topic`): compacted, or
+/// missing and creatable so (validated, not created).
+async fn ledger_line(admin: &Arc<AdminClient<DefaultClientContext>>, cfg: &Config) -> Line {
+    const NAME: &str = "ledger topic";
+    let topic = cfg.kafka.ledger_topic.as_str();
+    let at = format!("{topic} (kafka.ledger_topic)");
+    match inspect_ledger_topic(admin, topic).await {
+        Ok(LedgerTopicState::Compacted { partitions }) => Line::ok(
+            NAME,
+            format!("{at}: exists, compacted, {partitions} partition(s)"),
+        ),
+        Ok(LedgerTopicState::NotCompacted { policy }) => Line::fail(
+            NAME,
+            LedgerTopicError::NotCompacted {
+                topic: topic.into(),
+                policy,
+            },
+        ),
+        Ok(LedgerTopicState::Missing) if !cfg.kafka.create_topics => Line::fail(
+            NAME,
+            LedgerTopicError::Missing {
+                topic: topic.into(),
+            },
+        ),
+        Ok(LedgerTopicState::Missing) => {
+            let new = new_ledger_topic(topic, cfg.kafka.topic_replication_factor);
+            match validate_creation(admin, &new).await {
+                Ok(()) => Line::ok(
+                    NAME,
+                    format!(
+                        "{at}: does not exist yet; the cluster accepts creating it compacted with \
+                         {LEDGER_TOPIC_PARTITIONS} partition(s), replication factor {} \
+                         (validated, not created)",
+                        cfg.kafka.topic_replication_factor
+                    ),
+                ),
+                Err(code) => Line::fail(
+                    NAME,
+                    SinkError::CreateTopic {
+                        topic: topic.into(),
+                        code,
+                    },
+                ),
+            }
+        }
+        Err(e) => Line::fail(NAME, e),
+    }
 }
 
 /// Watches the idempotence state machine in librdkafka's debug log.

@@ -1,0 +1,209 @@
+//! The position ledger's topic against the real broker: created compacted
+//! with one partition, refused when it exists uncompacted or may not be
+//! created, and read back as the last value per key, identities apart,
+//! tombstones deleting. What is read back is checked against the raw
+//! records a plain consumer sees, not only against what was written.
+
+use std::time::Duration;
+
+use outboxd::config::KafkaConfig;
+use outboxd::progress::ledger::{LedgerEntry, LedgerIdentity, LEDGER_VERSION};
+use outboxd::sink::{LedgerTopic, LedgerTopicError};
+use outboxd::Lsn;
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::ClientConfig;
+
+use crate::harness::kafka::shared;
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn ledger(topic: &str, create_topics: bool) -> LedgerTopic {
+    let kafka = KafkaConfig {
+        brokers: Some(shared().bootstrap().to_owned()),
+        create_topics,
+        ledger_topic: topic.to_owned(),
+        ..KafkaConfig::default()
+    };
+    LedgerTopic::new(shared().bootstrap(), &kafka).unwrap()
+}
+
+fn identity(system_identifier: &str, slot: &str) -> LedgerIdentity {
+    LedgerIdentity {
+        system_identifier: system_identifier.into(),
+        database: "app".into(),
+        slot: slot.into(),
+    }
+}
+
+fn entry(id: &LedgerIdentity, lsn: u64) -> LedgerEntry {
+    LedgerEntry {
+        version: LEDGER_VERSION,
+        system_identifier: id.system_identifier.clone(),
+        database: id.database.clone(),
+        slot: id.slot.clone(),
+        timeline: 1,
+        confirmed_lsn: Lsn(lsn),
+        commit_time_us: Some(1_764_569_428_000_000 + lsn as i64),
+        outboxd_version: "test".into(),
+        written_at_us: lsn as i64,
+        accepted_gaps: Vec::new(),
+    }
+}
+
+async fn cleanup_policy(topic: &str) -> Option<String> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", shared().bootstrap())
+        .create()
+        .unwrap();
+    let described = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+        .await
+        .unwrap();
+    let resource = described.into_iter().next().unwrap().unwrap();
+    resource.get("cleanup.policy").and_then(|e| e.value.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_topic_is_created_compacted_with_one_partition() {
+    let topic = unique("ledger-created");
+    let l = ledger(&topic, true);
+    l.ensure().await.unwrap();
+    // Ensuring again finds it as it is.
+    l.ensure().await.unwrap();
+    assert_eq!(cleanup_policy(&topic).await.as_deref(), Some("compact"));
+    let partitions = tokio::task::block_in_place(|| shared().partitions(&topic));
+    assert_eq!(partitions, vec![0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_or_uncompacted_ledger_topic_is_refused_with_the_fix() {
+    let topic = unique("ledger-absent");
+    let err = ledger(&topic, false).ensure().await.unwrap_err();
+    assert!(matches!(err, LedgerTopicError::Missing { .. }), "{err}");
+    let text = err.to_string();
+    for needle in [
+        "kafka.ledger_topic",
+        "cleanup.policy=compact",
+        "kafka.create_topics = true",
+    ] {
+        assert!(text.contains(needle), "{needle:?} not in: {text}");
+    }
+    tokio::task::block_in_place(|| assert!(shared().record_count(&topic) == 0));
+
+    // An ordinary topic (cleanup.policy=delete) under the ledger's name:
+    // with or without create_topics, outboxd refuses rather than use it.
+    let plain = unique("ledger-plain");
+    tokio::task::block_in_place(|| shared().create_topic(&plain, 1));
+    for create in [true, false] {
+        let err = ledger(&plain, create).ensure().await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(&err, LedgerTopicError::NotCompacted { policy, .. } if policy == "delete"),
+            "{text}"
+        );
+        assert!(
+            text.contains("--add-config cleanup.policy=compact"),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_value_per_key_wins_and_identities_do_not_mix() {
+    let topic = unique("ledger-values");
+    let l = ledger(&topic, true);
+    l.ensure().await.unwrap();
+    let a = identity("7443001228541284437", "outboxd");
+    let other_server = identity("7000000000000000001", "outboxd");
+    let other_slot = identity("7443001228541284437", "second");
+    assert_eq!(l.latest(&a).await.unwrap(), None, "empty topic");
+    let writes = [
+        entry(&a, 0x100),
+        entry(&other_server, 0x9_0000_0000),
+        entry(&a, 0x200),
+        entry(&other_slot, 0x50),
+        entry(&a, 0x300),
+    ];
+    for e in &writes {
+        l.write(e).await.unwrap();
+    }
+    assert_eq!(l.latest(&a).await.unwrap(), Some(writes[4].clone()));
+    assert_eq!(
+        l.latest(&other_server).await.unwrap(),
+        Some(writes[1].clone())
+    );
+    assert_eq!(
+        l.latest(&other_slot).await.unwrap(),
+        Some(writes[3].clone())
+    );
+    let mut same_slot = l.entries_for("app", "outboxd").await.unwrap();
+    same_slot.sort_by_key(|e| e.confirmed_lsn);
+    assert_eq!(same_slot, vec![writes[4].clone(), writes[1].clone()]);
+
+    // Every write is a record keyed by its identity, as any consumer sees it.
+    let records = tokio::task::block_in_place(|| {
+        shared().consume_all(&topic, writes.len() + 1, Duration::from_secs(5))
+    });
+    assert_eq!(records.len(), writes.len());
+    for (r, e) in records.iter().zip(&writes) {
+        assert_eq!(r.key_str(), Some(e.identity().key().as_str()));
+        assert_eq!(
+            LedgerEntry::from_json(r.value.as_deref().unwrap()).unwrap(),
+            *e
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tombstone_deletes_and_a_newer_format_is_refused_only_for_its_key() {
+    let topic = unique("ledger-tombstone");
+    let l = ledger(&topic, true);
+    l.ensure().await.unwrap();
+    let a = identity("1", "outboxd");
+    let b = identity("2", "outboxd");
+    l.write(&entry(&a, 10)).await.unwrap();
+    l.write(&entry(&b, 20)).await.unwrap();
+    l.delete(&a).await.unwrap();
+    assert_eq!(l.latest(&a).await.unwrap(), None);
+    assert_eq!(l.latest(&b).await.unwrap(), Some(entry(&b, 20)));
+    let keys: Vec<String> = l.read_all().await.unwrap().into_keys().collect();
+    assert_eq!(keys, vec![b.key()]);
+    // Written again after the tombstone, it is back.
+    l.write(&entry(&a, 30)).await.unwrap();
+    assert_eq!(l.latest(&a).await.unwrap(), Some(entry(&a, 30)));
+
+    // A newer outboxd's entry for another slot does not stop this one; for
+    // this slot it is refused, naming the version.
+    let future = identity("3", "elsewhere");
+    let mut json: serde_json::Value = serde_json::from_slice(&entry(&future, 1).to_json()).unwrap();
+    json["version"] = 2.into();
+    produce_raw(&topic, &future.key(), json.to_string().as_bytes()).await;
+    assert_eq!(l.latest(&a).await.unwrap(), Some(entry(&a, 30)));
+    assert_eq!(l.entries_for("app", "outboxd").await.unwrap().len(), 2);
+    let err = l.latest(&future).await.unwrap_err().to_string();
+    assert!(err.contains("format version 2"), "{err}");
+    let err = l
+        .entries_for("app", "elsewhere")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("upgrade"), "{err}");
+}
+
+async fn produce_raw(topic: &str, key: &str, value: &[u8]) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", shared().bootstrap())
+        .create()
+        .unwrap();
+    producer
+        .send(
+            FutureRecord::to(topic).key(key).payload(value),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+}
