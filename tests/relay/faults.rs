@@ -324,7 +324,7 @@ async fn broker_down_longer_than_message_timeout_loses_nothing() {
 
 /// Each outbox row's transaction commit end LSN, from the test_decoding
 /// observer slot.
-fn commit_end_by_id(
+pub(super) fn commit_end_by_id(
     pg: &crate::harness::pg::PgCluster,
 ) -> std::collections::HashMap<String, outboxd::Lsn> {
     let out = pg.psql(

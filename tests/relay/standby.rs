@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::faults::{join, spawn_writers};
+use super::faults::{commit_end_by_id, join, spawn_writers};
 use super::support::{confirmed_lsn, env, payload_texts, verify, wait_for, Relay};
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::shared;
@@ -54,6 +54,12 @@ async fn standby_takes_over_a_killed_active_within_5s_quietly_and_loses_nothing(
         broker.bootstrap(),
         "standby",
         "[relay]\nmax_in_flight_events = 2000\n",
+    );
+    // An observer slot records each transaction's commit end LSN, so every
+    // duplicate can be checked against the position the slot held at the kill.
+    e.pg.psql(
+        "app",
+        "SELECT pg_create_logical_replication_slot('observer', 'test_decoding')",
     );
     let (port_a, port_b) = (free_port(), free_port());
     let mut active = start_on_port(&e, port_a);
@@ -106,6 +112,7 @@ async fn standby_takes_over_a_killed_active_within_5s_quietly_and_loses_nothing(
     active.signal("-KILL");
     let killed = Instant::now();
     assert!(active.wait(Duration::from_secs(10)).is_some());
+    let at_kill = confirmed_lsn(pg, "standby");
     let after_kill = tokio::task::block_in_place(|| {
         readyz_until(port_b, Duration::from_secs(60), |s, _| s == 200)
     });
@@ -121,6 +128,15 @@ async fn standby_takes_over_a_killed_active_within_5s_quietly_and_loses_nothing(
     })
     .await
     .unwrap_or_else(|err| panic!("{err:?}\nstandby log:\n{}", standby.log()));
+
+    // The takeover resumed from the slot: re-delivered is only what the
+    // dead instance had not confirmed.
+    let commit_end = commit_end_by_id(pg);
+    let replayed_confirmed = v
+        .duplicated_ids
+        .iter()
+        .filter(|id| commit_end[id.as_str()] <= at_kill)
+        .count();
 
     // The standby's own lines up to the takeover: one to say it waits, one
     // to say it took over, nothing louder than INFO.
@@ -138,7 +154,7 @@ async fn standby_takes_over_a_killed_active_within_5s_quietly_and_loses_nothing(
         "standby /readyz {waiting:?} (then {still_waiting:?}), expected 503 {expected:?}; \
          outboxd_standby {gauge_b:?} on the standby, {gauge_a:?} on the active, {gauge_after:?} after; \
          takeover {takeover:?} after the kill (writers running at the kill: {writing_at_kill}), /readyz then {after_kill:?}; \
-         {} delivered, {} duplicates; standby log: {standing_by} standing-by line(s), \
+         {} delivered, {} duplicates ({replayed_confirmed} of them confirmed at the kill, {at_kill}); standby log: {standing_by} standing-by line(s), \
          {taking_over} taking-over line(s), {} WARN/ERROR line(s) while waiting",
         v.delivered,
         v.duplicates,
@@ -159,7 +175,8 @@ async fn standby_takes_over_a_killed_active_within_5s_quietly_and_loses_nothing(
         && writing_at_kill
         && standing_by == 1
         && taking_over == 1
-        && loud.is_empty();
+        && loud.is_empty()
+        && replayed_confirmed == 0;
     assert!(
         ok,
         "{report}\nWARN/ERROR while waiting: {loud:#?}\nstandby log (tail):\n{}",
