@@ -1,5 +1,6 @@
 //! The relay: source → outbox mapping → Kafka sink → ack tracker, in one
-//! task, plus reconnecting with backoff.
+//! task, plus reconnecting with backoff, or standing by while another
+//! instance streams the slot (`standby`).
 //!
 //! Guarantees, and where each is kept:
 //! - **No loss, no gap**: the slot is confirmed only at positions the
