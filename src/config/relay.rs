@@ -33,6 +33,13 @@ pub const DEFAULT_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// looks alive.
 pub const DEFAULT_MAX_PERMANENT_FAILURES: u32 = 3;
 
+/// How often a standby (an instance that found the slot streamed by
+/// another) looks whether the slot was released. A killed instance's
+/// walsender ends as soon as PostgreSQL sees its socket close, so takeover
+/// comes at most this long, plus a session start, after the active instance
+/// dies: 1 s keeps that well under 5 s for one cheap query per second.
+pub const DEFAULT_STANDBY_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RelayConfig {
@@ -49,6 +56,8 @@ pub struct RelayConfig {
     #[serde(deserialize_with = "de_duration")]
     pub reconnect_backoff_max: Duration,
     pub max_permanent_failures: u32,
+    #[serde(deserialize_with = "de_duration")]
+    pub standby_poll_interval: Duration,
 }
 
 impl Default for RelayConfig {
@@ -62,6 +71,7 @@ impl Default for RelayConfig {
             reconnect_backoff_min: DEFAULT_RECONNECT_BACKOFF_MIN,
             reconnect_backoff_max: DEFAULT_RECONNECT_BACKOFF_MAX,
             max_permanent_failures: DEFAULT_MAX_PERMANENT_FAILURES,
+            standby_poll_interval: DEFAULT_STANDBY_POLL_INTERVAL,
         }
     }
 }
@@ -103,6 +113,12 @@ impl RelayConfig {
             return Err(ConfigError::invalid(
                 "relay.max_permanent_failures",
                 format!("must be at least 1 (default {DEFAULT_MAX_PERMANENT_FAILURES})"),
+            ));
+        }
+        if self.standby_poll_interval.is_zero() {
+            return Err(ConfigError::invalid(
+                "relay.standby_poll_interval",
+                "must be greater than zero, e.g. \"1s\", so a standby does not spin",
             ));
         }
         if self.reconnect_backoff_min > self.reconnect_backoff_max {

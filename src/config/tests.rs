@@ -50,6 +50,7 @@ const ALL_KEYS: &[&str] = &[
     "relay.reconnect_backoff_min",
     "relay.reconnect_backoff_max",
     "relay.max_permanent_failures",
+    "relay.standby_poll_interval",
     "metrics.listen",
     "metrics.slot_sample_interval",
     "metrics.stall_threshold",

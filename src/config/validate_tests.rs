@@ -323,3 +323,10 @@ fn max_permanent_failures_at_least_one() {
     c.relay.max_permanent_failures = 0;
     assert_invalid(&c, "relay.max_permanent_failures", "at least 1");
 }
+
+#[test]
+fn standby_poll_interval_not_zero() {
+    let mut c = base();
+    c.relay.standby_poll_interval = Duration::ZERO;
+    assert_invalid(&c, "relay.standby_poll_interval", "greater than zero");
+}

@@ -8,6 +8,7 @@ pub(super) fn refresh(health: &Health) {
     let flag = |b: bool| if b { 1.0 } else { 0.0 };
     metrics::gauge!(CONNECTED, "side" => "postgres").set(flag(health.postgres_connected()));
     metrics::gauge!(CONNECTED, "side" => "kafka").set(flag(health.kafka_connected()));
+    metrics::gauge!(STANDBY).set(flag(health.standby().is_some()));
     metrics::gauge!(STALL_SECONDS).set(health.stall().as_secs_f64());
     if let Some(slot) = &health.debezium_name {
         debezium(health, slot);

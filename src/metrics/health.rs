@@ -38,6 +38,7 @@ pub struct Health {
     pub max_in_flight_events: u64,
     /// The slot, when Debezium aliases are on (it is their `name` label).
     pub debezium_name: Option<String>,
+    slot: String,
     postgres: AtomicBool,
     kafka: AtomicBool,
     /// This producer reported a transport failure: its statistics may still
@@ -48,6 +49,8 @@ pub struct Health {
     halted: Mutex<Option<String>>,
     /// Why the last PostgreSQL session failed, for `/readyz`.
     postgres_cause: Mutex<Option<String>>,
+    /// Standing by: who holds the slot (`slot "x" is active on PID n`).
+    standby: Mutex<Option<String>>,
     /// Start of the open outage per side, for the "ended after" line.
     outages: Mutex<[Option<Instant>; 2]>,
     in_flight: AtomicU64,
@@ -77,12 +80,14 @@ impl Health {
                 .metrics
                 .debezium_aliases
                 .then(|| config.postgres.slot.clone()),
+            slot: config.postgres.slot.clone(),
             postgres: AtomicBool::new(false),
             kafka: AtomicBool::new(false),
             kafka_failed: AtomicBool::new(false),
             kafka_ever: AtomicBool::new(false),
             halted: Mutex::new(None),
             postgres_cause: Mutex::new(None),
+            standby: Mutex::new(None),
             outages: Mutex::new([None, None]),
             in_flight: AtomicU64::new(0),
             confirmed: AtomicU64::new(0),
@@ -100,22 +105,27 @@ impl Health {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// A replication stream is open.
+    /// A replication stream is open (after standing by: taken over).
     pub fn postgres_up(&self) {
         self.postgres.store(true, Relaxed);
         *self
             .postgres_cause
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = None;
+        if self.lock_standby().take().is_some() {
+            tracing::info!(slot = %self.slot, "taking over slot {}", self.slot);
+        }
         self.resample.notify_one();
         self.outage_ended(Side::Postgres);
     }
 
-    /// The stream is gone. `cause` = PostgreSQL failed (starts an outage);
+    /// The stream is gone. `cause` = PostgreSQL failed (starts an outage,
+    /// which ends a standby: the outage is what to report now);
     /// `None` = closed on purpose (shutdown, or a Kafka-side reconnect).
     pub fn postgres_down(&self, cause: Option<&str>) {
         self.postgres.store(false, Relaxed);
         if let Some(cause) = cause {
+            *self.lock_standby() = None;
             *self
                 .postgres_cause
                 .lock()
@@ -158,6 +168,30 @@ impl Health {
         if !self.kafka_failed.load(Relaxed) {
             self.kafka_up();
         }
+    }
+
+    /// Another instance streams the slot (held by `pid`, when known) and
+    /// this one waits to take it over. The wait is logged once, when it
+    /// starts; a new holder (another standby won the race) is no new line.
+    pub fn stand_by(&self, pid: Option<i32>) {
+        let holder = match pid {
+            Some(pid) => format!("slot {:?} is active on PID {pid}", self.slot),
+            None => format!("slot {:?} is active", self.slot),
+        };
+        let mut standby = self.lock_standby();
+        if standby.is_none() {
+            tracing::info!(slot = %self.slot, pid, "standing by: {holder}; taking over when it is released");
+        }
+        *standby = Some(holder);
+    }
+
+    /// Who holds the slot while this instance stands by; `None` otherwise.
+    pub fn standby(&self) -> Option<String> {
+        self.lock_standby().clone()
+    }
+
+    fn lock_standby(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.standby.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn outage_started(&self, side: Side, cause: &str) {
@@ -231,8 +265,12 @@ impl Health {
     }
 
     /// How long the confirmed position has stood still while something was
-    /// pending; zero when idle.
+    /// pending; zero when idle, and while standing by (the slot's progress
+    /// is the active instance's to report).
     pub fn stall(&self) -> Duration {
+        if self.lock_standby().is_some() {
+            return Duration::ZERO;
+        }
         self.stall_at(self.now_ms())
     }
 
@@ -252,6 +290,9 @@ impl Health {
     pub fn readiness(&self) -> Result<(), String> {
         if let Some(reason) = &*self.halted.lock().unwrap_or_else(|e| e.into_inner()) {
             return Err(format!("halted: {}", reason.replace('\n', " ")));
+        }
+        if let Some(holder) = self.standby() {
+            return Err(format!("standby: {holder}"));
         }
         if !self.postgres_connected() {
             return Err(
@@ -373,6 +414,39 @@ mod tests {
         assert_eq!(h.readiness().unwrap_err(), "halted: poison event");
         h.set_halted(None);
         h.readiness().unwrap();
+    }
+
+    #[test]
+    fn standby_is_not_ready_and_not_stalled_until_it_takes_over() {
+        let mut cfg = Config::default();
+        cfg.postgres.slot = "orders".into();
+        cfg.metrics.stall_threshold = Duration::from_millis(10);
+        let h = Health::new(&cfg);
+        // The sampler sees WAL the slot has not confirmed: a backlog, but
+        // the active instance's.
+        h.set_server_lsn(Some(Lsn(500)));
+        h.stand_by(Some(123));
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(
+            h.readiness().unwrap_err(),
+            "standby: slot \"orders\" is active on PID 123"
+        );
+        assert_eq!(h.stall(), Duration::ZERO);
+        // Another standby won a race: the new holder is shown.
+        h.stand_by(Some(456));
+        assert!(h.readiness().unwrap_err().ends_with("PID 456"));
+        h.postgres_up();
+        h.kafka_up();
+        assert_eq!(h.standby(), None);
+        h.progress(0, Lsn(500));
+        h.readiness().unwrap();
+        // An outage ends a standby: it is the outage that is reported.
+        h.stand_by(None);
+        h.postgres_down(Some("connection refused"));
+        assert!(h
+            .readiness()
+            .unwrap_err()
+            .starts_with("not connected to PostgreSQL"));
     }
 
     #[test]

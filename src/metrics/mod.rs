@@ -57,6 +57,9 @@ pub const CONFIRMED_LSN: &str = "outboxd_confirmed_lsn";
 pub const RECEIVED_LSN: &str = "outboxd_received_lsn";
 /// 1 while the relay is halted by a poison event under on_error = "stop" (gauge).
 pub const HALTED: &str = "outboxd_halted";
+/// 1 while standing by: another instance streams the slot and this one waits
+/// to take over (gauge).
+pub const STANDBY: &str = "outboxd_standby";
 /// 1 while connected, by side: `postgres` or `kafka` (gauge).
 pub const CONNECTED: &str = "outboxd_connected";
 /// Seconds the confirmed position has stood still while events were pending (gauge).
@@ -192,6 +195,10 @@ fn describe() {
     describe_gauge!(CONFIRMED_LSN, "Slot position last confirmed to PostgreSQL");
     describe_gauge!(RECEIVED_LSN, "Highest WAL position received");
     describe_gauge!(HALTED, "1 while halted by a poison event (on_error = stop)");
+    describe_gauge!(
+        STANDBY,
+        "1 while standing by for a slot another instance streams"
+    );
     describe_gauge!(CONNECTED, "1 while connected, by side (postgres, kafka)");
     describe_gauge!(
         STALL_SECONDS,

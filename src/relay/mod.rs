@@ -1,5 +1,6 @@
 //! The relay: source → outbox mapping → Kafka sink → ack tracker, in one
-//! task, plus reconnecting with backoff.
+//! task, plus reconnecting with backoff, or standing by while another
+//! instance streams the slot (`standby`).
 //!
 //! Guarantees, and where each is kept:
 //! - **No loss, no gap**: the slot is confirmed only at positions the
@@ -17,6 +18,7 @@ mod dead_letter;
 mod deliver;
 mod poison;
 mod session;
+mod standby;
 mod table_watch;
 
 use std::future::Future;
@@ -146,6 +148,17 @@ pub async fn run(
             Ok(SessionEnd::Reconnect(cause)) => {
                 permanent = 0;
                 cause
+            }
+            // Another instance streams the slot: stand by, quietly, until
+            // it is released (see `standby`); no backoff, not a reconnect.
+            Err(e) if standby::slot_holder(&e).is_some() => {
+                let pid = standby::slot_holder(&e).flatten();
+                permanent = 0;
+                backoff = relay.reconnect_backoff_min;
+                match standby::wait(&settings, pid, &mut stop_rx.clone()).await {
+                    standby::Wait::Released => continue,
+                    standby::Wait::Stopped => return Ok(()),
+                }
             }
             Err(e) => {
                 match e.disposition() {

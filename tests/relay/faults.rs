@@ -9,7 +9,7 @@ use super::support::{
 use crate::harness::kafka::{shared, KafkaBroker};
 
 /// Starts `n` events from two writers in the background.
-fn spawn_writers(
+pub(super) fn spawn_writers(
     e: &super::support::Env,
     prefix: &str,
     n: usize,
@@ -37,7 +37,7 @@ fn spawn_writers(
         .collect()
 }
 
-async fn join(
+pub(super) async fn join(
     handles: Vec<tokio::task::JoinHandle<Vec<super::support::Sent>>>,
 ) -> Vec<super::support::Sent> {
     let mut sent = Vec::new();
@@ -324,7 +324,7 @@ async fn broker_down_longer_than_message_timeout_loses_nothing() {
 
 /// Each outbox row's transaction commit end LSN, from the test_decoding
 /// observer slot.
-fn commit_end_by_id(
+pub(super) fn commit_end_by_id(
     pg: &crate::harness::pg::PgCluster,
 ) -> std::collections::HashMap<String, outboxd::Lsn> {
     let out = pg.psql(

@@ -11,5 +11,6 @@ mod names;
 mod partitioned;
 mod pg_restart;
 mod poison;
+mod standby;
 pub(crate) mod support;
 mod table_watch;
