@@ -31,6 +31,7 @@ use crate::config::{Config, OnError};
 use crate::metrics::{self as m, Health};
 use crate::outbox::{MappingConfigError, RecordMapper};
 use crate::sink::SinkError;
+use crate::source::admin::AdminError;
 use crate::source::replication::error::Disposition;
 use crate::source::session::{SourceError, SourceSettings};
 
@@ -66,6 +67,23 @@ pub enum RelayError {
         attempts: u32,
         last: Box<RelayError>,
     },
+    /// The slot was streamed by this process and is gone now: dropped, or
+    /// lost in a failover to a server that does not have it. A new slot
+    /// would start at the server's current position and skip everything
+    /// committed since `confirmed`, so none is created.
+    #[error(
+        "replication slot {slot:?} disappeared while outboxd was relaying it (dropped, or lost in a \
+         failover to a server without it). outboxd last confirmed {confirmed} at {confirmed_at}; \
+         outbox events committed after that were not relayed, and a new slot would skip them, so \
+         outboxd created none and stopped. To recover: run `outboxd backfill --since '{confirmed_at}'` \
+         (a little earlier is safer: duplicates carry the same id), then start outboxd again, which \
+         creates the slot (postgres.create_slot = true)"
+    )]
+    SlotLost {
+        slot: String,
+        confirmed: crate::Lsn,
+        confirmed_at: String,
+    },
 }
 
 impl RelayError {
@@ -83,7 +101,9 @@ impl RelayError {
             RelayError::Source(SourceError::Replication(e)) => e.disposition(),
             RelayError::Source(e) => by_retry(e.is_retryable()),
             RelayError::Sink(e) => by_retry(e.is_retryable()),
-            RelayError::Mapping(_) | RelayError::GaveUp { .. } => Disposition::Fatal,
+            RelayError::Mapping(_) | RelayError::GaveUp { .. } | RelayError::SlotLost { .. } => {
+                Disposition::Fatal
+            }
         }
     }
 }
@@ -118,7 +138,7 @@ impl RelaySettings {
 /// Runs until `shutdown` resolves (then drains and returns Ok) or a
 /// non-retryable error.
 pub async fn run(
-    settings: RelaySettings,
+    mut settings: RelaySettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RelayError> {
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -128,15 +148,23 @@ pub async fn run(
     });
     let mut mapper = RecordMapper::new(&settings.config.outbox.columns, &settings.config.routing)?;
     let mut poison = PoisonMemory::default();
-    let relay = &settings.config.relay;
+    let relay = settings.config.relay.clone();
     register_metrics(&settings.config);
-    let health = &settings.health;
+    let mut streamed = false;
     let mut backoff = relay.reconnect_backoff_min;
     // Permanent failures in a row; anything else starts the count over.
     let mut permanent = 0;
     loop {
         let started = Instant::now();
         let result = Session::run(&settings, &mut mapper, &mut poison, stop_rx.clone()).await;
+        // Once this process has streamed the slot, it never creates one: a
+        // slot missing now was dropped or lost, and a new one would start
+        // past the events committed meanwhile (see `RelayError::SlotLost`).
+        let health = Arc::clone(&settings.health);
+        if health.postgres_connected() {
+            settings.source.create_slot = false;
+            streamed = true;
+        }
         // Whatever was in flight is re-read by the next session.
         health.session_ended();
         metrics::gauge!(m::IN_FLIGHT_EVENTS).set(0.0);
@@ -159,6 +187,16 @@ pub async fn run(
                     standby::Wait::Released => continue,
                     standby::Wait::Stopped => return Ok(()),
                 }
+            }
+            Err(RelayError::Source(SourceError::Admin(AdminError::SlotMissing { slot })))
+                if streamed =>
+            {
+                let (confirmed, at_us) = health.last_confirmed();
+                return Err(RelayError::SlotLost {
+                    slot,
+                    confirmed,
+                    confirmed_at: crate::progress::ledger::format_time_us(at_us),
+                });
             }
             Err(e) => {
                 match e.disposition() {

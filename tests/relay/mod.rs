@@ -11,6 +11,7 @@ mod names;
 mod partitioned;
 mod pg_restart;
 mod poison;
+mod slot_loss;
 mod standby;
 pub(crate) mod support;
 mod table_watch;
