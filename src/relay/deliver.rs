@@ -26,7 +26,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
 use super::poison::{Cause, EventIdentity, Refusal, Stage, Verdict};
-use super::session::{keep_alive, InFlight, Session, SessionEnd};
+use super::session::{InFlight, Session, SessionEnd};
 use super::{RelayError, RelaySettings};
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent};
@@ -242,40 +242,18 @@ impl Session<'_> {
         })
     }
 
-    /// Makes sure `topic` exists (see [`TopicManager::ensure`]), keeping the
-    /// walsender alive while the cluster is asked.
+    /// Makes sure `topic` exists (see [`TopicManager::ensure`]). However long
+    /// the cluster takes, the driver keeps the walsender alive.
     ///
     /// [`TopicManager::ensure`]: crate::sink::TopicManager::ensure
     pub(super) async fn ensure_topic(&mut self, topic: &str) -> Result<(), RelayError> {
-        // The common case, a known topic, without the timer `keep_alive`
-        // sets up: this runs once per event.
+        // The common case, a known topic, without a future: this runs once
+        // per event.
         if self.topics.is_known(topic) {
             return Ok(());
         }
-        let confirmed = self.tracker.confirmable();
-        let interval = self.settings.config.postgres.status_interval;
-        keep_alive(
-            &mut self.source,
-            confirmed,
-            interval,
-            self.topics.ensure(topic),
-        )
-        .await??;
+        self.topics.ensure(topic).await?;
         Ok(())
-    }
-
-    /// The next delivery report, however long Kafka takes (e.g. a hung
-    /// broker), with the walsender kept alive meanwhile.
-    async fn next_report_keeping_alive(&mut self) -> Result<Option<DeliveryReport>, RelayError> {
-        let confirmed = self.tracker.confirmable();
-        let interval = self.settings.config.postgres.status_interval;
-        Ok(keep_alive(
-            &mut self.source,
-            confirmed,
-            interval,
-            self.sink.next_report(),
-        )
-        .await?)
     }
 
     /// Handles delivery reports until `done` holds (or the session must end).
@@ -284,7 +262,7 @@ impl Session<'_> {
         done: impl Fn(&Self) -> bool,
     ) -> Result<Option<SessionEnd>, RelayError> {
         while !done(self) && self.halted.is_none() {
-            let Some(report) = self.next_report_keeping_alive().await? else {
+            let Some(report) = self.sink.next_report().await else {
                 return Ok(Some(SessionEnd::Reconnect("Kafka producer stopped".into())));
             };
             if let Some(end) = self.on_report(report).await? {
@@ -331,7 +309,7 @@ impl Session<'_> {
                     return Ok(None);
                 }
                 Err(SendError::QueueFull) => {
-                    let Some(report) = self.next_report_keeping_alive().await? else {
+                    let Some(report) = self.sink.next_report().await else {
                         return Ok(Some(SessionEnd::Reconnect("Kafka producer stopped".into())));
                     };
                     if let Some(end) = self.on_report(report).await? {
@@ -449,12 +427,8 @@ impl Session<'_> {
             }
             let deadline = Instant::now() + TAKE_BACK_WAIT;
             while !self.in_flight.is_empty() {
-                let confirmed = self.tracker.confirmable();
-                let interval = self.settings.config.postgres.status_interval;
                 let next = tokio::time::timeout_at(deadline, self.sink.next_report());
-                let Ok(Some(report)) =
-                    keep_alive(&mut self.source, confirmed, interval, next).await?
-                else {
+                let Ok(Some(report)) = next.await else {
                     break;
                 };
                 let Some(entry) = self.in_flight.remove(&report.id) else {

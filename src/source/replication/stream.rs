@@ -18,7 +18,7 @@ use crate::Lsn;
 
 /// Silence allowed before the link is presumed dead, until the caller sets
 /// its own with [`ReplicationStream::set_stream_timeout`].
-const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long `finish` waits for the server to acknowledge the end of the
 /// stream; the server answers at once unless the connection is already gone.
