@@ -64,11 +64,13 @@ pub enum TrackerError {
     Stale(DeliveryId),
 }
 
-/// One pushed event.
-#[derive(Clone, Copy, Debug)]
-struct Delivery {
+/// One pushed event, and what the caller handed to the producer for it
+/// (see [`AckTracker::sent`]).
+#[derive(Debug)]
+struct Delivery<T> {
     bytes: usize,
     acked: bool,
+    sent: Option<T>,
 }
 
 /// A position that becomes confirmable once every delivery before it is acked.
@@ -81,10 +83,14 @@ struct Checkpoint {
 
 /// Tracks which WAL position can be confirmed to the replication slot, given
 /// out-of-order Kafka acks. Pure: no I/O, no clock.
+///
+/// It also keeps, by delivery id, whatever the caller handed to the producer
+/// for a delivery (`T`, the relay's record) until its report comes back, so
+/// one structure owns what is in flight.
 #[derive(Debug)]
-pub struct AckTracker {
+pub struct AckTracker<T = ()> {
     /// Deliveries from the oldest unacked one on; see the file comment.
-    deliveries: VecDeque<Delivery>,
+    deliveries: VecDeque<Delivery<T>>,
     /// Checkpoints not yet confirmable, with strictly increasing LSNs and
     /// non-decreasing watermarks.
     checkpoints: VecDeque<Checkpoint>,
@@ -103,11 +109,13 @@ pub struct AckTracker {
     /// stay O(1).
     in_flight: usize,
     in_flight_bytes: usize,
+    /// Deliveries whose `sent` is `Some`.
+    sent: usize,
     /// The first failed delivery; `Some` freezes `confirmed` until reset.
     failed: Option<DeliveryId>,
 }
 
-impl AckTracker {
+impl<T> AckTracker<T> {
     /// A tracker whose confirmable LSN starts at `start` (the slot's
     /// `confirmed_flush_lsn`, or the position replication starts from).
     pub fn new(start: Lsn) -> Self {
@@ -127,6 +135,7 @@ impl AckTracker {
             txn_open: false,
             in_flight: 0,
             in_flight_bytes: 0,
+            sent: 0,
             failed: None,
         }
     }
@@ -139,6 +148,7 @@ impl AckTracker {
         self.deliveries.push_back(Delivery {
             bytes,
             acked: false,
+            sent: None,
         });
         self.next_id += 1;
         self.in_flight += 1;
@@ -180,6 +190,9 @@ impl AckTracker {
         let index = self.pending_index(id)?;
         let delivery = &mut self.deliveries[index];
         delivery.acked = true;
+        if delivery.sent.take().is_some() {
+            self.sent -= 1;
+        }
         let bytes = delivery.bytes;
         // Counters cover exactly the unacked entries, so they cannot underflow.
         debug_assert!(self.in_flight > 0 && self.in_flight_bytes >= bytes);
@@ -230,8 +243,52 @@ impl AckTracker {
         self.txn_open = false;
         self.in_flight = 0;
         self.in_flight_bytes = 0;
+        self.sent = 0;
         self.failed = None;
         self.debug_check();
+    }
+
+    /// Keeps `payload` as what was handed to the producer for `id`, until
+    /// [`take_sent`](Self::take_sent). Returns it back if `id` is not pending.
+    pub fn sent(&mut self, id: DeliveryId, payload: T) -> Result<(), T> {
+        let Ok(index) = self.pending_index(id) else {
+            return Err(payload);
+        };
+        if self.deliveries[index].sent.replace(payload).is_none() {
+            self.sent += 1;
+        }
+        Ok(())
+    }
+
+    /// What was handed to the producer for the delivery numbered `raw` (a
+    /// delivery report's id), taken back; `None` if nothing is (any more).
+    pub fn take_sent(&mut self, raw: u64) -> Option<T> {
+        let index = self.pending_index(DeliveryId(raw)).ok()?;
+        let payload = self.deliveries[index].sent.take();
+        if payload.is_some() {
+            self.sent -= 1;
+        }
+        payload
+    }
+
+    /// Whether the producer holds the delivery `id` (see [`sent`](Self::sent)).
+    pub fn is_sent(&self, id: DeliveryId) -> bool {
+        self.pending_index(id)
+            .is_ok_and(|index| self.deliveries[index].sent.is_some())
+    }
+
+    /// How many deliveries the producer holds.
+    pub fn sent_count(&self) -> usize {
+        self.sent
+    }
+
+    /// Takes back everything the producer holds, in id order.
+    pub fn take_all_sent(&mut self) -> Vec<T> {
+        self.sent = 0;
+        self.deliveries
+            .iter_mut()
+            .filter_map(|d| d.sent.take())
+            .collect()
     }
 
     /// The greatest checkpoint LSN such that every delivery pushed before it
@@ -371,6 +428,7 @@ impl AckTracker {
             "acked front not popped"
         );
         debug_assert!(self.in_flight <= self.deliveries.len());
+        debug_assert!(self.sent <= self.in_flight);
         debug_assert_eq!(self.in_flight == 0, self.deliveries.is_empty());
         debug_assert!(self.confirmed <= self.last_checkpoint);
         debug_assert!(self

@@ -37,7 +37,7 @@ pub use dead_letter::{
 };
 pub use deliver::EVENTS_TARGET;
 use poison::PoisonMemory;
-use session::{Session, SessionEnd};
+use session::{ReconnectCause, Session, SessionEnd};
 
 /// A session that ran this long without failing resets the backoff.
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
@@ -135,13 +135,13 @@ pub async fn run(
         health.session_ended();
         metrics::gauge!(m::IN_FLIGHT_EVENTS).set(0.0);
         metrics::gauge!(m::IN_FLIGHT_BYTES).set(0.0);
-        let cause = match result {
+        let (cause, detail) = match result {
             Ok(SessionEnd::Shutdown) => return Ok(()),
             // Kafka-side ends; the session marked Kafka down if it was a
             // transport failure (a refused event is no outage).
-            Ok(SessionEnd::Reconnect(cause)) => {
+            Ok(SessionEnd::Reconnect(end)) => {
                 permanent = 0;
-                cause
+                (end.cause, end.detail)
             }
             Err(e) => {
                 match e.disposition() {
@@ -157,18 +157,25 @@ pub async fn run(
                     }
                     Disposition::Transient => permanent = 0,
                 }
-                let cause = e.to_string();
-                match e {
-                    RelayError::Source(_) => health.postgres_down(Some(&cause)),
-                    _ => health.kafka_down(&cause),
-                }
-                cause
+                let detail = e.to_string();
+                let cause = match e {
+                    RelayError::Source(_) => {
+                        health.postgres_down(Some(&detail));
+                        ReconnectCause::Postgres
+                    }
+                    _ => {
+                        health.kafka_down(&detail);
+                        ReconnectCause::Kafka
+                    }
+                };
+                (cause, detail)
             }
         };
         if started.elapsed() >= HEALTHY_SESSION {
             backoff = relay.reconnect_backoff_min;
         }
-        metrics::counter!(crate::metrics::RECONNECTS, "cause" => cause_label(&cause)).increment(1);
+        metrics::counter!(crate::metrics::RECONNECTS, "cause" => cause.label()).increment(1);
+        let cause = detail;
         if permanent > 0 {
             tracing::error!(
                 %cause,
@@ -189,30 +196,16 @@ pub async fn run(
     }
 }
 
-/// Reconnect causes, as [`cause_label`] names them.
-const CAUSE_LABELS: [&str; 3] = ["kafka_delivery", "kafka", "postgres"];
-
 /// The configured limits, and every known label value at 0, so each series
 /// exists from the start (rate() and absent() need that).
 fn register_metrics(config: &Config) {
     metrics::gauge!(m::IN_FLIGHT_EVENTS_LIMIT).set(config.relay.max_in_flight_events as f64);
     metrics::gauge!(m::IN_FLIGHT_BYTES_LIMIT).set(config.relay.max_in_flight_bytes as f64);
     metrics::gauge!(m::HALTED).set(0.0);
-    for cause in CAUSE_LABELS {
-        metrics::counter!(m::RECONNECTS, "cause" => cause).increment(0);
+    for cause in ReconnectCause::ALL {
+        metrics::counter!(m::RECONNECTS, "cause" => cause.label()).increment(0);
     }
     for reason in poison::DEAD_LETTER_REASONS {
         metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => reason).increment(0);
-    }
-}
-
-/// A short, bounded label for the reconnect metric.
-fn cause_label(cause: &str) -> &'static str {
-    if cause.starts_with("delivery") {
-        CAUSE_LABELS[0]
-    } else if cause.contains("Kafka") || cause.contains("kafka") {
-        CAUSE_LABELS[1]
-    } else {
-        CAUSE_LABELS[2]
     }
 }

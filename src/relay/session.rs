@@ -47,11 +47,64 @@ const MIN_SETTLE: Duration = Duration::from_secs(2);
 
 pub enum SessionEnd {
     Shutdown,
-    Reconnect(String),
+    /// Kafka-side trouble: reconnect, resuming from the slot.
+    Reconnect(Reconnect),
 }
 
-/// A record handed to the producer and not yet reported on, keyed in
-/// [`Session::in_flight`] by its delivery id.
+/// Why a session ends for a reconnect: the metric's cause and the message.
+pub struct Reconnect {
+    pub(super) cause: ReconnectCause,
+    pub(super) detail: String,
+}
+
+impl Reconnect {
+    /// A delivery failed: Kafka may have a gap after it.
+    pub(super) fn delivery(detail: impl std::fmt::Display) -> SessionEnd {
+        SessionEnd::Reconnect(Reconnect {
+            cause: ReconnectCause::KafkaDelivery,
+            detail: format!("delivery failed: {detail}"),
+        })
+    }
+
+    /// The producer's report channel closed.
+    pub(super) fn producer_stopped() -> SessionEnd {
+        SessionEnd::Reconnect(Reconnect {
+            cause: ReconnectCause::Kafka,
+            detail: "Kafka producer stopped".into(),
+        })
+    }
+}
+
+/// The `cause` label of the reconnect counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReconnectCause {
+    /// A delivery failed (timed out, fatal): reconnect from the slot.
+    KafkaDelivery,
+    /// Kafka otherwise: the producer, a topic, the cluster.
+    Kafka,
+    /// The source: PostgreSQL, the walsender, the stream.
+    Postgres,
+}
+
+impl ReconnectCause {
+    pub(super) const ALL: [ReconnectCause; 3] = [
+        ReconnectCause::KafkaDelivery,
+        ReconnectCause::Kafka,
+        ReconnectCause::Postgres,
+    ];
+
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            ReconnectCause::KafkaDelivery => "kafka_delivery",
+            ReconnectCause::Kafka => "kafka",
+            ReconnectCause::Postgres => "postgres",
+        }
+    }
+}
+
+/// A record with a slot in the ack tracker: handed to the producer and not
+/// yet reported on (the tracker keeps it meanwhile), or waiting in
+/// [`Session::resend`].
 pub(super) struct InFlight {
     pub(super) id: DeliveryId,
     pub(super) record: KafkaRecord,
@@ -75,8 +128,8 @@ pub struct Session<'a> {
     pub(super) poison: &'a mut PoisonMemory,
     pub(super) sink: KafkaSink,
     pub(super) topics: TopicManager,
-    pub(super) tracker: AckTracker,
-    pub(super) in_flight: HashMap<u64, InFlight>,
+    /// The ack tracker, which also keeps each record the producer holds.
+    pub(super) tracker: AckTracker<InFlight>,
     /// Records taken back from a producer that Kafka's refusal of one of them
     /// ended, by delivery id (WAL order): sent again, on a fresh producer,
     /// before anything newer (see [`deliver`](super::deliver)).
@@ -154,7 +207,6 @@ impl<'a> Session<'a> {
             sink,
             topics,
             tracker: AckTracker::new(start_lsn),
-            in_flight: HashMap::new(),
             resend: BTreeMap::new(),
             ordinal: 0,
             halted: None,
@@ -217,7 +269,7 @@ impl<'a> Session<'a> {
                 reason = s.table_watch.changed(), if s.halted.is_none() => s.table_changed(reason),
                 report = s.sink.next_report() => {
                     let Some(report) = report else {
-                        return Ok(SessionEnd::Reconnect("Kafka producer stopped".into()));
+                        return Ok(Reconnect::producer_stopped());
                     };
                     if let Some(end) = s.on_report(report).await? {
                         return Ok(end);
@@ -300,5 +352,24 @@ impl Drop for Session<'_> {
     /// last counted them: count them before the session is gone.
     fn drop(&mut self) {
         self.filtered.update(self.source.reported().ignored);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dashboards and alerts select on these values.
+    #[test]
+    fn reconnect_causes_keep_their_metric_labels() {
+        let labels = ReconnectCause::ALL.map(ReconnectCause::label);
+        assert_eq!(labels, ["kafka_delivery", "kafka", "postgres"]);
+        match Reconnect::delivery("timed out") {
+            SessionEnd::Reconnect(r) => {
+                assert_eq!(r.cause, ReconnectCause::KafkaDelivery);
+                assert_eq!(r.detail, "delivery failed: timed out");
+            }
+            SessionEnd::Shutdown => panic!("a delivery failure is no shutdown"),
+        }
     }
 }
