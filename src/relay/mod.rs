@@ -3,7 +3,7 @@
 //!
 //! Guarantees, and where each is kept:
 //! - **No loss, no gap**: the slot is confirmed only at positions the
-//!   [`AckTracker`](crate::progress::AckTracker) allows, i.e. below every
+//!   ack tracker (`progress::AckTracker`) allows, i.e. below every
 //!   unacknowledged event. Any transport failure throws away the producer and
 //!   the stream and resumes from the slot, so a message librdkafka gave up on
 //!   is read again rather than skipped.
@@ -32,9 +32,6 @@ use crate::sink::SinkError;
 use crate::source::replication::error::Disposition;
 use crate::source::session::{SourceError, SourceSettings};
 
-pub use dead_letter::{
-    HEADER_ERROR, HEADER_ERROR_KIND, HEADER_LSN, HEADER_TOPIC, HEADER_VALUE_SIZE, HEADER_XID,
-};
 pub use deliver::EVENTS_TARGET;
 use poison::PoisonMemory;
 use session::{ReconnectCause, Session, SessionEnd};

@@ -45,14 +45,14 @@ const BATCH: usize = 64;
 /// slow connection.
 const MIN_SETTLE: Duration = Duration::from_secs(2);
 
-pub enum SessionEnd {
+pub(crate) enum SessionEnd {
     Shutdown,
     /// Kafka-side trouble: reconnect, resuming from the slot.
     Reconnect(Reconnect),
 }
 
 /// Why a session ends for a reconnect: the metric's cause and the message.
-pub struct Reconnect {
+pub(crate) struct Reconnect {
     pub(super) cause: ReconnectCause,
     pub(super) detail: String,
 }
@@ -117,7 +117,7 @@ pub(super) struct InFlight {
     pub(super) received_at: Instant,
 }
 
-pub struct Session<'a> {
+pub(crate) struct Session<'a> {
     pub(super) settings: &'a RelaySettings,
     /// The replication stream's driver.
     source: SourceHandle,
@@ -172,7 +172,7 @@ impl HotMetrics {
 }
 
 impl<'a> Session<'a> {
-    pub async fn run(
+    pub(crate) async fn run(
         settings: &'a RelaySettings,
         mapper: &'a mut RecordMapper,
         poison: &'a mut PoisonMemory,

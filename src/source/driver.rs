@@ -38,7 +38,7 @@ const MIN_STATUS_GAP: Duration = Duration::from_millis(100);
 
 /// What the driver hands on, in WAL order.
 #[derive(Debug)]
-pub enum Streamed {
+pub(crate) enum Streamed {
     /// An event, or the checkpoint after a transaction's last event.
     /// `received_at`: when the message carrying it arrived.
     Item {
@@ -55,25 +55,25 @@ pub enum Streamed {
 
 /// What the driver last told the server, for metrics and health.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Reported {
+pub(crate) struct Reported {
     /// The position in the last status update.
-    pub confirmed: Lsn,
+    pub(crate) confirmed: Lsn,
     /// The highest WAL position the server told us about.
-    pub received: Lsn,
+    pub(crate) received: Lsn,
     /// Changes filtered out, as of the last status update: confirmed past,
     /// they are never read (or counted) again.
-    pub ignored: IgnoredCounts,
+    pub(crate) ignored: IgnoredCounts,
 }
 
 /// How the driver keeps the walsender alive.
 #[derive(Debug, Clone)]
-pub struct DriverOptions {
+pub(crate) struct DriverOptions {
     /// `postgres.status_interval`.
-    pub status_interval: Duration,
+    pub(crate) status_interval: Duration,
     /// `postgres.stream_timeout`: silence before the link counts as dead.
-    pub stream_timeout: Duration,
+    pub(crate) stream_timeout: Duration,
     /// `None`: confirm whatever the consumer says (`outboxd tail`).
-    pub ceiling: Option<ConfirmCeiling>,
+    pub(crate) ceiling: Option<ConfirmCeiling>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +85,7 @@ enum Control {
 
 /// The consumer's side of a running driver. Dropping it stops the driver
 /// (the connection closes without a final status update).
-pub struct SourceHandle {
+pub(crate) struct SourceHandle {
     items: mpsc::Receiver<Streamed>,
     confirm: watch::Sender<Lsn>,
     control: watch::Sender<Control>,
@@ -146,7 +146,7 @@ impl SourceHandle {
 
     /// The next item in WAL order, or the error that ended the driver.
     /// Cancel-safe.
-    pub async fn recv(&mut self) -> Result<Streamed, SourceError> {
+    pub(crate) async fn recv(&mut self) -> Result<Streamed, SourceError> {
         match self.items.recv().await {
             Some(s) => Ok(s),
             None => Err(self.failure().await),
@@ -155,7 +155,7 @@ impl SourceHandle {
 
     /// [`recv`](Self::recv) while the consumer is `reading`; otherwise only
     /// the driver's [`failure`](Self::failure). Cancel-safe.
-    pub async fn next(&mut self, reading: bool) -> Result<Streamed, SourceError> {
+    pub(crate) async fn next(&mut self, reading: bool) -> Result<Streamed, SourceError> {
         if reading {
             self.recv().await
         } else {
@@ -164,14 +164,14 @@ impl SourceHandle {
     }
 
     /// The next item if one is waiting.
-    pub fn try_recv(&mut self) -> Option<Streamed> {
+    pub(crate) fn try_recv(&mut self) -> Option<Streamed> {
         self.items.try_recv().ok()
     }
 
     /// Resolves with the error that ended the driver: for a consumer that
     /// is not calling [`recv`](Self::recv) (backpressure) and still needs to
     /// know the stream is gone. Cancel-safe.
-    pub async fn failure(&mut self) -> SourceError {
+    pub(crate) async fn failure(&mut self) -> SourceError {
         if self.ended.is_none() {
             let outcome = match (&mut self.task).await {
                 Ok(r) => r,
@@ -197,7 +197,7 @@ impl SourceHandle {
 
     /// Everything up to `lsn` may be confirmed (within the ceiling). Lower
     /// values than before are ignored.
-    pub fn confirm(&self, lsn: Lsn) {
+    pub(crate) fn confirm(&self, lsn: Lsn) {
         self.confirm.send_if_modified(|at| {
             let higher = lsn > *at;
             if higher {
@@ -209,7 +209,7 @@ impl SourceHandle {
 
     /// Stop reading once the open transaction is complete; a
     /// [`Streamed::Drained`] follows its last item.
-    pub fn drain(&self) {
+    pub(crate) fn drain(&self) {
         self.control.send_if_modified(|c| {
             let first = *c == Control::Stream;
             if first {
@@ -220,13 +220,13 @@ impl SourceHandle {
     }
 
     /// What the driver last told the server.
-    pub fn reported(&self) -> Reported {
+    pub(crate) fn reported(&self) -> Reported {
         *self.reported.borrow()
     }
 
     /// Confirms `confirmed` (within the ceiling) in a last status update
     /// and closes the connection cleanly.
-    pub async fn finish(&mut self, confirmed: Lsn) -> Result<(), SourceError> {
+    pub(crate) async fn finish(&mut self, confirmed: Lsn) -> Result<(), SourceError> {
         self.confirm(confirmed);
         let _ = self.control.send(Control::Finish);
         match self.ended.replace(Ok(())) {

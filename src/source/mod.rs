@@ -2,7 +2,7 @@
 //! slot/publication administration on an ordinary SQL connection.
 
 pub mod admin;
-pub mod driver;
+pub(crate) mod driver;
 pub mod pgoutput;
 pub mod replication;
 pub mod session;

@@ -1,5 +1,5 @@
 //! One streaming session: check and prepare the database, start replication
-//! from the slot, and turn the stream into [`SourceItem`]s.
+//! from the slot, and hand the stream to its driver task.
 //!
 //! A session is thrown away on any error; the caller reconnects and the slot
 //! (not any state of ours) says where to resume.
@@ -85,31 +85,31 @@ impl SourceError {
 /// for positions (the relay's table watch). Shared, so the watch can raise
 /// it while the session confirms from anywhere in the relay.
 #[derive(Debug, Clone)]
-pub struct ConfirmCeiling(Arc<AtomicU64>);
+pub(crate) struct ConfirmCeiling(Arc<AtomicU64>);
 
 impl ConfirmCeiling {
-    pub fn new(at: Lsn) -> Self {
+    pub(crate) fn new(at: Lsn) -> Self {
         ConfirmCeiling(Arc::new(AtomicU64::new(at.0)))
     }
 
     /// Moves the ceiling up to `lsn`; never down.
-    pub fn raise(&self, lsn: Lsn) {
+    pub(crate) fn raise(&self, lsn: Lsn) {
         self.0.fetch_max(lsn.0, Ordering::AcqRel);
     }
 
-    pub fn get(&self) -> Lsn {
+    pub(crate) fn get(&self) -> Lsn {
         Lsn(self.0.load(Ordering::Acquire))
     }
 }
 
-pub struct SourceSession {
+pub(crate) struct SourceSession {
     stream: ReplicationStream,
     decoder: Decoder,
     assembler: TransactionAssembler,
     /// Server's wal_sender_timeout; status updates must come well within it.
     wal_sender_timeout: Duration,
     /// The slot's confirmed position when the session started.
-    pub start_lsn: Lsn,
+    pub(crate) start_lsn: Lsn,
 }
 
 impl SourceSession {
@@ -117,7 +117,7 @@ impl SourceSession {
     /// and only then creating what is missing and START_REPLICATION: a
     /// check that fails leaves no slot behind (a slot nobody streams holds
     /// WAL until someone drops it).
-    pub async fn open(s: &SourceSettings) -> Result<SourceSession, SourceError> {
+    pub(crate) async fn open(s: &SourceSettings) -> Result<SourceSession, SourceError> {
         replication::commands::validate_identifier("postgres.slot", &s.slot).map_err(|reason| {
             ReplicationError::Protocol {
                 server: s.conn.describe(),
@@ -183,7 +183,7 @@ impl SourceSession {
 
     /// Hands the stream to its own task (see [`driver`](super::driver)):
     /// from now on it is read, and the walsender kept alive, there.
-    pub fn start(self, opts: DriverOptions) -> SourceHandle {
+    pub(crate) fn start(self, opts: DriverOptions) -> SourceHandle {
         SourceHandle::spawn(
             self.stream,
             self.decoder,
