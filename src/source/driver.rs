@@ -132,6 +132,7 @@ impl SourceHandle {
             period: status_period(opts.status_interval, wal_sender_timeout),
             pending: VecDeque::new(),
             drained: false,
+            was_reading: true,
             scratch: Vec::new(),
         };
         SourceHandle {
@@ -267,6 +268,8 @@ struct Driver {
     pending: VecDeque<Streamed>,
     /// [`Streamed::Drained`] is queued: nothing more is read.
     drained: bool,
+    /// The last turn of the loop read the socket.
+    was_reading: bool,
     scratch: Vec<SourceItem>,
 }
 
@@ -282,11 +285,12 @@ impl Driver {
                 self.pending.push_back(Streamed::Drained);
             }
             let reading = self.pending.is_empty() && !self.drained;
-            if !reading {
+            if !(reading && self.was_reading) {
                 // Not listening is no silence: what the server sends waits
-                // in the socket.
+                // in the socket (up to the turn that resumes reading).
                 self.stream.reset_silence();
             }
+            self.was_reading = reading;
             let target = self.target();
             let mut status_at = if target > self.stream.last_sent() {
                 self.stream.next_status_deadline(MIN_STATUS_GAP)
