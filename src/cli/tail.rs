@@ -9,7 +9,9 @@ use std::io::Write;
 use serde_json::{json, Map, Value};
 
 use crate::outbox::{ColumnValue, EventKind, OutboxEvent};
-use crate::source::session::{Received, SourceError, SourceSession, SourceSettings};
+use crate::source::driver::{DriverOptions, Streamed};
+use crate::source::replication::stream::DEFAULT_STREAM_TIMEOUT;
+use crate::source::session::{SourceError, SourceSession, SourceSettings};
 use crate::source::transactions::SourceItem;
 use crate::Lsn;
 
@@ -40,9 +42,13 @@ pub async fn run(
     out: &mut (dyn Write + Send),
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<u64, TailError> {
-    let mut session = SourceSession::open(settings).await?;
+    let session = SourceSession::open(settings).await?;
     let mut confirmed = session.start_lsn;
-    let mut items = Vec::new();
+    let mut source = session.start(DriverOptions {
+        status_interval: opts.status_interval,
+        stream_timeout: DEFAULT_STREAM_TIMEOUT,
+        ceiling: None,
+    });
     let mut pending: Vec<OutboxEvent> = Vec::new();
     let mut printed: u64 = 0;
     let limit = opts.limit.unwrap_or(u64::MAX);
@@ -50,63 +56,43 @@ pub async fn run(
     let table = format!("{}.{}", settings.table_schema, settings.table_name);
 
     while printed < limit {
-        let deadline = tokio::time::Instant::from_std(
-            session.stream().next_status_deadline(opts.status_interval),
-        );
-        let received = tokio::select! {
+        let streamed = tokio::select! {
             biased;
             _ = &mut stop => break,
-            r = session.next(&mut items) => r?,
-            _ = tokio::time::sleep_until(deadline) => {
-                session.stream().send_status(confirmed, false).await.map_err(SourceError::from)?;
-                continue;
-            }
+            s = source.recv() => s?,
         };
-        for item in items.drain(..) {
-            match item {
-                SourceItem::Event(e) => pending.push(e),
-                SourceItem::Checkpoint { lsn, .. } => {
-                    let room = usize::try_from(limit - printed).unwrap_or(usize::MAX);
-                    let whole = pending.len() <= room;
-                    for e in pending.drain(..).take(room) {
-                        writeln!(out, "{}", render(&e, lsn, &table))?;
-                        printed += 1;
-                    }
-                    out.flush()?;
-                    // A transaction cut short by the limit is not confirmed,
-                    // so a later tail prints it again in full.
-                    if whole && opts.confirm {
-                        confirmed = confirmed.max(lsn);
-                    }
+        match streamed {
+            Streamed::Item {
+                item: SourceItem::Event(e),
+                ..
+            } => pending.push(e),
+            Streamed::Item {
+                item: SourceItem::Checkpoint { lsn, .. },
+                ..
+            } => {
+                let room = usize::try_from(limit - printed).unwrap_or(usize::MAX);
+                let whole = pending.len() <= room;
+                for e in pending.drain(..).take(room) {
+                    writeln!(out, "{}", render(&e, lsn, &table))?;
+                    printed += 1;
+                }
+                out.flush()?;
+                // A transaction cut short by the limit is not confirmed,
+                // so a later tail prints it again in full.
+                if whole && opts.confirm {
+                    confirmed = confirmed.max(lsn);
                 }
             }
-        }
-        let mut reply_now = false;
-        if let Received::Keepalive {
-            wal_end,
-            reply_requested,
-        } = received
-        {
-            if opts.confirm && !session.in_transaction() && pending.is_empty() {
+            // Between transactions (the driver says so), so nothing is
+            // pending either.
+            Streamed::Idle(wal_end) if opts.confirm && pending.is_empty() => {
                 confirmed = confirmed.max(wal_end);
             }
-            reply_now = reply_requested;
+            Streamed::Idle(_) | Streamed::Drained => {}
         }
-        if reply_now
-            || session.stream().status_due(
-                confirmed,
-                opts.status_interval,
-                std::time::Duration::ZERO,
-            )
-        {
-            session
-                .stream()
-                .send_status(confirmed, false)
-                .await
-                .map_err(SourceError::from)?;
-        }
+        source.confirm(confirmed);
     }
-    session.finish(confirmed).await?;
+    source.finish(confirmed).await?;
     Ok(printed)
 }
 

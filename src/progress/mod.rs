@@ -14,7 +14,8 @@
 //! one FIFO ([`AckTracker`]):
 //!
 //! - each event handed to the producer ([`AckTracker::push_event`], which
-//!   returns its [`DeliveryId`]);
+//!   returns its [`DeliveryId`]; the record itself is kept with it until its
+//!   report, [`AckTracker::sent`]);
 //! - a checkpoint after the last event of each transaction: the Commit's
 //!   **end** LSN ([`AckTracker::commit`], also for transactions without
 //!   events), never its commit LSN, which would replay the transaction;
@@ -34,15 +35,18 @@
 //! checkpoint is a caller bug the tracker can only ignore.
 //!
 //! A failed delivery ([`AckTracker::fail`]) may leave a gap in Kafka:
-//! progress freezes until [`AckTracker::reset`], which the relay calls after
-//! dropping the producer and reconnecting, to resume from the slot.
+//! progress freezes for good. The relay then drops the producer and the
+//! stream and starts a new session, with a new tracker, from the slot (the
+//! tests do the same with `reset`).
 //!
 //! Pure and synchronous: no I/O, no clock, O(1) amortized per operation.
 
 pub mod ledger;
 mod tracker;
 
-pub use tracker::{AckTracker, DeliveryId, TrackerError};
+#[cfg(test)]
+use tracker::TrackerError;
+pub(crate) use tracker::{AckTracker, DeliveryId};
 
 #[cfg(test)]
 mod model_tests;

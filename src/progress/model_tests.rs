@@ -316,7 +316,7 @@ proptest! {
 
     #[test]
     fn tracker_matches_the_model(start in 0u64..1000, ops in prop::collection::vec(op(), 0..200)) {
-        let mut t = AckTracker::new(Lsn(start));
+        let mut t = AckTracker::<()>::new(Lsn(start));
         let mut m = Model::new(Lsn(start));
         let mut cursor = start;
         let mut previous = t.confirmable();

@@ -17,7 +17,7 @@ fn txn(t: &mut AckTracker, events: usize, end: u64) -> Vec<DeliveryId> {
 
 #[test]
 fn starts_idle_at_the_start_lsn() {
-    let t = AckTracker::new(lsn(100));
+    let t = AckTracker::<()>::new(lsn(100));
     assert_eq!(t.confirmable(), lsn(100));
     assert_eq!(t.last_checkpoint_lsn(), lsn(100));
     assert_eq!(t.pending_checkpoint_lsn(), None);
@@ -28,14 +28,14 @@ fn starts_idle_at_the_start_lsn() {
 
 #[test]
 fn ids_increase_by_one() {
-    let mut t = AckTracker::with_capacity(lsn(0), 4);
+    let mut t = AckTracker::<()>::with_capacity(lsn(0), 4);
     let ids: Vec<u64> = (0..5).map(|_| t.push_event(1).get()).collect();
     assert_eq!(ids, [0, 1, 2, 3, 4]);
 }
 
 #[test]
 fn in_order_acks_confirm_each_commit() {
-    let mut t = AckTracker::new(lsn(1));
+    let mut t = AckTracker::<()>::new(lsn(1));
     let a = txn(&mut t, 2, 10);
     let b = txn(&mut t, 1, 20);
     assert_eq!(t.pending_checkpoint_lsn(), Some(lsn(10)));
@@ -51,7 +51,7 @@ fn in_order_acks_confirm_each_commit() {
 
 #[test]
 fn out_of_order_acks_within_a_transaction() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 3, 10);
     t.ack(a[2]).unwrap();
     t.ack(a[1]).unwrap();
@@ -64,7 +64,7 @@ fn out_of_order_acks_within_a_transaction() {
 
 #[test]
 fn later_transaction_acked_first_waits_for_the_earlier_one() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 1, 10);
     let b = txn(&mut t, 2, 20);
     // The last event of txn 2 before anything of txn 1.
@@ -82,7 +82,7 @@ fn later_transaction_acked_first_waits_for_the_earlier_one() {
 
 #[test]
 fn ack_of_middle_transaction_moves_only_up_to_the_gap() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 1, 10);
     let b = txn(&mut t, 1, 20);
     let c = txn(&mut t, 1, 30);
@@ -95,7 +95,7 @@ fn ack_of_middle_transaction_moves_only_up_to_the_gap() {
 
 #[test]
 fn transaction_without_events_is_confirmable_at_once_when_idle() {
-    let mut t = AckTracker::new(lsn(5));
+    let mut t = AckTracker::<()>::new(lsn(5));
     t.commit(lsn(10));
     assert_eq!(t.confirmable(), lsn(10));
     assert!(t.is_idle());
@@ -103,7 +103,7 @@ fn transaction_without_events_is_confirmable_at_once_when_idle() {
 
 #[test]
 fn transaction_without_events_waits_behind_pending_ones() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 1, 10);
     t.commit(lsn(15)); // no events
     let b = txn(&mut t, 1, 20);
@@ -120,7 +120,7 @@ fn transaction_without_events_waits_behind_pending_ones() {
 
 #[test]
 fn keepalive_while_idle_is_confirmable_at_once() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     t.keepalive(lsn(40));
     assert_eq!(t.confirmable(), lsn(40));
     assert_eq!(t.last_checkpoint_lsn(), lsn(40));
@@ -128,7 +128,7 @@ fn keepalive_while_idle_is_confirmable_at_once() {
 
 #[test]
 fn keepalive_while_events_pending_waits_for_their_acks() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 2, 10);
     t.keepalive(lsn(30));
     assert_eq!(t.confirmable(), lsn(0));
@@ -145,7 +145,7 @@ fn keepalive_while_events_pending_waits_for_their_acks() {
 
 #[test]
 fn keepalive_inside_an_open_transaction_is_ignored() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = t.push_event(0);
     t.keepalive(lsn(30)); // caller contract broken: a transaction is open
     assert_eq!(t.last_checkpoint_lsn(), lsn(0));
@@ -163,7 +163,7 @@ fn keepalive_inside_an_open_transaction_is_ignored() {
 
 #[test]
 fn keepalive_not_above_the_last_checkpoint_is_ignored() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 1, 50);
     t.keepalive(lsn(40));
     t.keepalive(lsn(50));
@@ -177,7 +177,7 @@ fn keepalive_not_above_the_last_checkpoint_is_ignored() {
 
 #[test]
 fn lower_checkpoints_never_lower_progress() {
-    let mut t = AckTracker::new(lsn(100));
+    let mut t = AckTracker::<()>::new(lsn(100));
     t.commit(lsn(50));
     assert_eq!(t.confirmable(), lsn(100), "below the start");
     t.commit(lsn(200));
@@ -190,7 +190,7 @@ fn lower_checkpoints_never_lower_progress() {
 
 #[test]
 fn failure_freezes_progress() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 1, 10);
     let b = txn(&mut t, 1, 20);
     t.ack(a[0]).unwrap();
@@ -210,7 +210,7 @@ fn failure_freezes_progress() {
 
 #[test]
 fn failure_of_an_earlier_delivery_blocks_acked_later_ones() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 1, 10);
     let b = txn(&mut t, 1, 20);
     t.ack(b[0]).unwrap();
@@ -220,7 +220,7 @@ fn failure_of_an_earlier_delivery_blocks_acked_later_ones() {
 
 #[test]
 fn reports_after_a_failure_are_ignored() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 3, 10);
     t.ack(a[0]).unwrap();
     t.fail(a[1]).unwrap();
@@ -237,7 +237,7 @@ fn reports_after_a_failure_are_ignored() {
 
 #[test]
 fn reset_starts_over() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 2, 10);
     t.fail(a[0]).unwrap();
     t.reset(lsn(5));
@@ -259,7 +259,7 @@ fn reset_starts_over() {
 
 #[test]
 fn reset_may_go_below_the_previous_progress() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     t.commit(lsn(100));
     t.reset(lsn(60)); // the slot never got 100: it is the only offset that counts
     assert_eq!(t.confirmable(), lsn(60));
@@ -269,7 +269,7 @@ fn reset_may_go_below_the_previous_progress() {
 
 #[test]
 fn reset_drops_an_open_transaction() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     t.push_event(0);
     t.reset(lsn(0));
     t.keepalive(lsn(30));
@@ -282,7 +282,7 @@ fn reset_drops_an_open_transaction() {
 
 #[test]
 fn reports_from_before_a_reset_are_stale() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 2, 10);
     t.ack(a[0]).unwrap();
     t.reset(lsn(0));
@@ -300,7 +300,7 @@ fn reports_from_before_a_reset_are_stale() {
 
 #[test]
 fn duplicate_acks_are_errors_and_change_nothing() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 2, 10);
     let b = txn(&mut t, 1, 20);
     // Acked but still queued (behind the unacked a[0]).
@@ -319,7 +319,7 @@ fn duplicate_acks_are_errors_and_change_nothing() {
 
 #[test]
 fn unknown_acks_are_errors_and_change_nothing() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 1, 10);
     let unknown = DeliveryId::from_raw(a[0].get() + 1);
     assert_eq!(t.ack(unknown), Err(TrackerError::Unknown(unknown)));
@@ -335,7 +335,7 @@ fn unknown_acks_are_errors_and_change_nothing() {
 
 #[test]
 fn failing_an_unmatched_id_poisons_and_reports() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 1, 10);
     let unknown = DeliveryId::from_raw(7);
     assert_eq!(t.fail(unknown), Err(TrackerError::Unknown(unknown)));
@@ -343,7 +343,7 @@ fn failing_an_unmatched_id_poisons_and_reports() {
     t.ack(a[0]).unwrap();
     assert_eq!(t.confirmable(), lsn(0));
 
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = txn(&mut t, 1, 10);
     t.ack(a[0]).unwrap();
     assert_eq!(t.fail(a[0]), Err(TrackerError::AlreadyAcked(a[0])));
@@ -358,7 +358,7 @@ fn failing_an_unmatched_id_poisons_and_reports() {
 
 #[test]
 fn byte_accounting_follows_acks_in_any_order() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let a = t.push_event(100);
     let b = t.push_event(20);
     let c = t.push_event(3);
@@ -381,7 +381,7 @@ fn byte_accounting_follows_acks_in_any_order() {
 
 #[test]
 fn oldest_unacked_skips_acked_deliveries() {
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let ids = txn(&mut t, 4, 10);
     t.ack(ids[1]).unwrap();
     t.ack(ids[2]).unwrap();
@@ -394,7 +394,7 @@ fn oldest_unacked_skips_acked_deliveries() {
 fn many_transactions_with_windowed_reverse_acks() {
     // 10k transactions of 10 events, acked newest-first within windows of 64
     // deliveries: exercises deque growth, popping and checkpoint draining.
-    let mut t = AckTracker::new(lsn(0));
+    let mut t = AckTracker::<()>::new(lsn(0));
     let mut window = Vec::with_capacity(64);
     for n in 1..=10_000u64 {
         for _ in 0..10 {
@@ -431,4 +431,43 @@ fn errors_and_ids_display_readably() {
         TrackerError::Stale(id).to_string(),
         "delivery #42 was dropped by a reset"
     );
+}
+
+#[test]
+fn keeps_what_was_sent_until_its_report() {
+    let mut t: AckTracker<&str> = AckTracker::new(lsn(0));
+    let a = t.push_event(1);
+    let b = t.push_event(1);
+    t.commit(lsn(10));
+    assert_eq!(t.sent(a, "a"), Ok(()));
+    assert_eq!(t.sent(b, "b"), Ok(()));
+    assert!(t.is_sent(a) && t.is_sent(b));
+    assert_eq!(t.sent_count(), 2);
+    // A report takes it back; the slot stays until acked.
+    assert_eq!(t.take_sent(b.get()), Some("b"));
+    assert_eq!(t.take_sent(b.get()), None);
+    assert!(!t.is_sent(b));
+    assert_eq!((t.sent_count(), t.in_flight()), (1, 2));
+    t.ack(b).unwrap();
+    // Acking drops what is still kept.
+    t.ack(a).unwrap();
+    assert_eq!((t.sent_count(), t.confirmable()), (0, lsn(10)));
+    // Not pending: handed back.
+    assert_eq!(t.sent(a, "again"), Err("again"));
+    assert_eq!(t.take_sent(99), None);
+}
+
+#[test]
+fn takes_back_everything_sent_in_id_order() {
+    let mut t: AckTracker<u64> = AckTracker::new(lsn(0));
+    let ids: Vec<_> = (0..4).map(|_| t.push_event(1)).collect();
+    for id in [ids[2], ids[0], ids[3]] {
+        t.sent(id, id.get()).unwrap();
+    }
+    assert_eq!(t.take_all_sent(), [0, 2, 3]);
+    assert_eq!((t.sent_count(), t.in_flight()), (0, 4));
+    // A reset drops what was kept with the slots.
+    t.sent(ids[1], 1).unwrap();
+    t.reset(lsn(0));
+    assert_eq!(t.sent_count(), 0);
 }

@@ -9,7 +9,7 @@
 //! `(lsn, watermark)` pairs: the checkpoint was pushed when `watermark` was the
 //! next id to be issued, so it becomes confirmable once `base() >= watermark`.
 //! Both queues only grow at the back and shrink at the front, and their
-//! buffers are kept across [`AckTracker::reset`]: no per-operation allocation
+//! buffers are kept across `reset` (tests only): no per-operation allocation
 //! beyond the amortized growth of the two deques.
 
 use std::collections::VecDeque;
@@ -20,16 +20,16 @@ use crate::Lsn;
 /// Identifies one pushed event until it is acked or failed.
 ///
 /// Issued by [`AckTracker::push_event`] as a monotonically increasing
-/// sequence that keeps increasing across [`AckTracker::reset`], so a late
+/// sequence that keeps increasing across `reset` (tests only), so a late
 /// delivery report from before a reset is recognised as
 /// [`TrackerError::Stale`] instead of being mistaken for a new delivery.
 /// Only the tracker creates ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct DeliveryId(u64);
+pub(crate) struct DeliveryId(u64);
 
 impl DeliveryId {
     /// The sequence number, e.g. for logs.
-    pub fn get(self) -> u64 {
+    pub(crate) fn get(self) -> u64 {
         self.0
     }
 
@@ -52,7 +52,7 @@ impl fmt::Display for DeliveryId {
 /// `Stale`, which is expected after a reset): log them, they never corrupt the
 /// tracker, which ignores the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TrackerError {
+pub(crate) enum TrackerError {
     /// The id was never issued by this tracker.
     #[error("delivery {0} was never issued")]
     Unknown(DeliveryId),
@@ -64,11 +64,13 @@ pub enum TrackerError {
     Stale(DeliveryId),
 }
 
-/// One pushed event.
-#[derive(Clone, Copy, Debug)]
-struct Delivery {
+/// One pushed event, and what the caller handed to the producer for it
+/// (see [`AckTracker::sent`]).
+#[derive(Debug)]
+struct Delivery<T> {
     bytes: usize,
     acked: bool,
+    sent: Option<T>,
 }
 
 /// A position that becomes confirmable once every delivery before it is acked.
@@ -81,10 +83,14 @@ struct Checkpoint {
 
 /// Tracks which WAL position can be confirmed to the replication slot, given
 /// out-of-order Kafka acks. Pure: no I/O, no clock.
+///
+/// It also keeps, by delivery id, whatever the caller handed to the producer
+/// for a delivery (`T`, the relay's record) until its report comes back, so
+/// one structure owns what is in flight.
 #[derive(Debug)]
-pub struct AckTracker {
+pub(crate) struct AckTracker<T = ()> {
     /// Deliveries from the oldest unacked one on; see the file comment.
-    deliveries: VecDeque<Delivery>,
+    deliveries: VecDeque<Delivery<T>>,
     /// Checkpoints not yet confirmable, with strictly increasing LSNs and
     /// non-decreasing watermarks.
     checkpoints: VecDeque<Checkpoint>,
@@ -103,20 +109,22 @@ pub struct AckTracker {
     /// stay O(1).
     in_flight: usize,
     in_flight_bytes: usize,
+    /// Deliveries whose `sent` is `Some`.
+    sent: usize,
     /// The first failed delivery; `Some` freezes `confirmed` until reset.
     failed: Option<DeliveryId>,
 }
 
-impl AckTracker {
+impl<T> AckTracker<T> {
     /// A tracker whose confirmable LSN starts at `start` (the slot's
     /// `confirmed_flush_lsn`, or the position replication starts from).
-    pub fn new(start: Lsn) -> Self {
+    pub(crate) fn new(start: Lsn) -> Self {
         Self::with_capacity(start, 0)
     }
 
     /// Like [`AckTracker::new`], with room for `events` in-flight deliveries
     /// before the first reallocation (e.g. the producer's queue limit).
-    pub fn with_capacity(start: Lsn, events: usize) -> Self {
+    pub(crate) fn with_capacity(start: Lsn, events: usize) -> Self {
         Self {
             deliveries: VecDeque::with_capacity(events),
             checkpoints: VecDeque::new(),
@@ -127,6 +135,7 @@ impl AckTracker {
             txn_open: false,
             in_flight: 0,
             in_flight_bytes: 0,
+            sent: 0,
             failed: None,
         }
     }
@@ -134,11 +143,12 @@ impl AckTracker {
     /// Records an event handed to the producer, in WAL order, and returns the
     /// id to [`ack`](Self::ack) or [`fail`](Self::fail) it with. `bytes` is
     /// its size for [`in_flight_bytes`](Self::in_flight_bytes) (0 if unused).
-    pub fn push_event(&mut self, bytes: usize) -> DeliveryId {
+    pub(crate) fn push_event(&mut self, bytes: usize) -> DeliveryId {
         let id = DeliveryId(self.next_id);
         self.deliveries.push_back(Delivery {
             bytes,
             acked: false,
+            sent: None,
         });
         self.next_id += 1;
         self.in_flight += 1;
@@ -151,7 +161,7 @@ impl AckTracker {
     /// Records the end of a transaction (its Commit's **end** LSN), after its
     /// last event; also for transactions without events. An `end_lsn` not
     /// above the last checkpoint is ignored, so progress never goes back.
-    pub fn commit(&mut self, end_lsn: Lsn) {
+    pub(crate) fn commit(&mut self, end_lsn: Lsn) {
         self.txn_open = false;
         self.push_checkpoint(end_lsn);
     }
@@ -164,7 +174,7 @@ impl AckTracker {
     /// While deliveries are pending it waits behind them like a commit, so an
     /// idle outbox reaches the keepalive position as soon as the last ack
     /// arrives and does not pin WAL.
-    pub fn keepalive(&mut self, lsn: Lsn) {
+    pub(crate) fn keepalive(&mut self, lsn: Lsn) {
         if !self.txn_open {
             self.push_checkpoint(lsn);
         }
@@ -172,14 +182,17 @@ impl AckTracker {
 
     /// Records a successful delivery. Acks may arrive in any order. After a
     /// [`fail`](Self::fail), acks are ignored and return `Ok` until
-    /// [`reset`](Self::reset); the producer is being torn down by then.
-    pub fn ack(&mut self, id: DeliveryId) -> Result<(), TrackerError> {
+    /// `reset` (tests only); the producer is being torn down by then.
+    pub(crate) fn ack(&mut self, id: DeliveryId) -> Result<(), TrackerError> {
         if self.failed.is_some() {
             return Ok(());
         }
         let index = self.pending_index(id)?;
         let delivery = &mut self.deliveries[index];
         delivery.acked = true;
+        if delivery.sent.take().is_some() {
+            self.sent -= 1;
+        }
         let bytes = delivery.bytes;
         // Counters cover exactly the unacked entries, so they cannot underflow.
         debug_assert!(self.in_flight > 0 && self.in_flight_bytes >= bytes);
@@ -196,14 +209,14 @@ impl AckTracker {
 
     /// Records a failed delivery (timed out, purged, fatal): Kafka may now
     /// have a gap, so [`confirmable`](Self::confirmable) freezes until
-    /// [`reset`](Self::reset). Only the first failure is kept; later
+    /// `reset` (tests only). Only the first failure is kept; later
     /// `fail`s and `ack`s are ignored.
     ///
     /// An id that is `Unknown` or `AlreadyAcked` still poisons the tracker
     /// (the caller's bookkeeping is off, stopping is the safe side) and is
     /// reported. A `Stale` id belongs to deliveries the last reset dropped,
     /// which are re-read from the slot anyway: reported, no poisoning.
-    pub fn fail(&mut self, id: DeliveryId) -> Result<(), TrackerError> {
+    pub(crate) fn fail(&mut self, id: DeliveryId) -> Result<(), TrackerError> {
         if self.failed.is_some() {
             return Ok(());
         }
@@ -214,76 +227,70 @@ impl AckTracker {
         result
     }
 
-    /// Starts over after a reconnect: drops every queued delivery and
-    /// checkpoint, clears the failure, and restarts progress at `start` (the
-    /// slot's `confirmed_flush_lsn`, which may be below the previous
-    /// [`confirmable`](Self::confirmable) if that was never sent: the slot is
-    /// the only offset that counts). Ids keep increasing; reports for the
-    /// dropped ones come back as [`TrackerError::Stale`].
-    pub fn reset(&mut self, start: Lsn) {
-        // `clear` keeps the buffers, so a reconnect does not reallocate.
-        self.deliveries.clear();
-        self.checkpoints.clear();
-        self.epoch_start = self.next_id;
-        self.confirmed = start;
-        self.last_checkpoint = start;
-        self.txn_open = false;
-        self.in_flight = 0;
-        self.in_flight_bytes = 0;
-        self.failed = None;
-        self.debug_check();
+    /// Keeps `payload` as what was handed to the producer for `id`, until
+    /// [`take_sent`](Self::take_sent). Returns it back if `id` is not pending.
+    pub(crate) fn sent(&mut self, id: DeliveryId, payload: T) -> Result<(), T> {
+        let Ok(index) = self.pending_index(id) else {
+            return Err(payload);
+        };
+        if self.deliveries[index].sent.replace(payload).is_none() {
+            self.sent += 1;
+        }
+        Ok(())
+    }
+
+    /// What was handed to the producer for the delivery numbered `raw` (a
+    /// delivery report's id), taken back; `None` if nothing is (any more).
+    pub(crate) fn take_sent(&mut self, raw: u64) -> Option<T> {
+        let index = self.pending_index(DeliveryId(raw)).ok()?;
+        let payload = self.deliveries[index].sent.take();
+        if payload.is_some() {
+            self.sent -= 1;
+        }
+        payload
+    }
+
+    /// Whether the producer holds the delivery `id` (see [`sent`](Self::sent)).
+    pub(crate) fn is_sent(&self, id: DeliveryId) -> bool {
+        self.pending_index(id)
+            .is_ok_and(|index| self.deliveries[index].sent.is_some())
+    }
+
+    /// How many deliveries the producer holds.
+    pub(crate) fn sent_count(&self) -> usize {
+        self.sent
+    }
+
+    /// Takes back everything the producer holds, in id order.
+    pub(crate) fn take_all_sent(&mut self) -> Vec<T> {
+        self.sent = 0;
+        self.deliveries
+            .iter_mut()
+            .filter_map(|d| d.sent.take())
+            .collect()
     }
 
     /// The greatest checkpoint LSN such that every delivery pushed before it
     /// is acked (or the start). Never decreases between resets; frozen after
     /// a failure. This is what to send as the flush position.
-    pub fn confirmable(&self) -> Lsn {
+    pub(crate) fn confirmable(&self) -> Lsn {
         self.confirmed
     }
 
     /// Deliveries pushed and not yet acked.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight
     }
 
     /// Sum of the `bytes` of the deliveries pushed and not yet acked.
-    pub fn in_flight_bytes(&self) -> usize {
+    pub(crate) fn in_flight_bytes(&self) -> usize {
         self.in_flight_bytes
     }
 
     /// The oldest unacked delivery: the one holding progress back.
-    pub fn oldest_unacked(&self) -> Option<DeliveryId> {
+    pub(crate) fn oldest_unacked(&self) -> Option<DeliveryId> {
         // The front is never acked (see `pop_acked`), so it is the oldest.
         (!self.deliveries.is_empty()).then(|| DeliveryId(self.base()))
-    }
-
-    /// The next LSN `confirmable` will move to: the oldest checkpoint still
-    /// waiting for acks (or for a reset, after a failure).
-    pub fn pending_checkpoint_lsn(&self) -> Option<Lsn> {
-        self.checkpoints.front().map(|c| c.lsn)
-    }
-
-    /// The highest checkpoint accepted since the last reset (or the start):
-    /// where `confirmable` ends up once everything in flight is acked.
-    pub fn last_checkpoint_lsn(&self) -> Lsn {
-        self.last_checkpoint
-    }
-
-    /// Nothing in flight and no checkpoint waiting: `confirmable` is the last
-    /// checkpoint. Always false after a failure with checkpoints queued.
-    pub fn is_idle(&self) -> bool {
-        self.deliveries.is_empty() && self.checkpoints.is_empty()
-    }
-
-    /// Whether a delivery failed since the last reset.
-    pub fn is_failed(&self) -> bool {
-        self.failed.is_some()
-    }
-
-    /// The first delivery reported to [`fail`](Self::fail) since the last
-    /// reset.
-    pub fn failed_delivery(&self) -> Option<DeliveryId> {
-        self.failed
     }
 
     /// The oldest unacked id, or `next_id` when nothing is unacked.
@@ -371,6 +378,7 @@ impl AckTracker {
             "acked front not popped"
         );
         debug_assert!(self.in_flight <= self.deliveries.len());
+        debug_assert!(self.sent <= self.in_flight);
         debug_assert_eq!(self.in_flight == 0, self.deliveries.is_empty());
         debug_assert!(self.confirmed <= self.last_checkpoint);
         debug_assert!(self
@@ -389,5 +397,60 @@ impl AckTracker {
                     .front()
                     .map_or(true, |c| c.watermark > self.base())
         );
+    }
+}
+
+/// Asked only by the tests: the relay starts a tracker per session (no
+/// reset) and reads only the confirmable position and the counts.
+#[cfg(test)]
+impl<T> AckTracker<T> {
+    /// Starts over after a reconnect: drops every queued delivery and
+    /// checkpoint, clears the failure, and restarts progress at `start` (the
+    /// slot's `confirmed_flush_lsn`, which may be below the previous
+    /// [`confirmable`](Self::confirmable) if that was never sent: the slot is
+    /// the only offset that counts). Ids keep increasing; reports for the
+    /// dropped ones come back as [`TrackerError::Stale`].
+    pub(crate) fn reset(&mut self, start: Lsn) {
+        // `clear` keeps the buffers, so a reconnect does not reallocate.
+        self.deliveries.clear();
+        self.checkpoints.clear();
+        self.epoch_start = self.next_id;
+        self.confirmed = start;
+        self.last_checkpoint = start;
+        self.txn_open = false;
+        self.in_flight = 0;
+        self.in_flight_bytes = 0;
+        self.sent = 0;
+        self.failed = None;
+        self.debug_check();
+    }
+
+    /// The next LSN `confirmable` will move to: the oldest checkpoint still
+    /// waiting for acks (or for a reset, after a failure).
+    pub(crate) fn pending_checkpoint_lsn(&self) -> Option<Lsn> {
+        self.checkpoints.front().map(|c| c.lsn)
+    }
+
+    /// The highest checkpoint accepted since the last reset (or the start):
+    /// where `confirmable` ends up once everything in flight is acked.
+    pub(crate) fn last_checkpoint_lsn(&self) -> Lsn {
+        self.last_checkpoint
+    }
+
+    /// Nothing in flight and no checkpoint waiting: `confirmable` is the last
+    /// checkpoint. Always false after a failure with checkpoints queued.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.deliveries.is_empty() && self.checkpoints.is_empty()
+    }
+
+    /// Whether a delivery failed since the last reset.
+    pub(crate) fn is_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// The first delivery reported to [`fail`](Self::fail) since the last
+    /// reset.
+    pub(crate) fn failed_delivery(&self) -> Option<DeliveryId> {
+        self.failed
     }
 }

@@ -9,19 +9,19 @@ use crate::outbox::mapper::ID_HEADER;
 use crate::outbox::{EventKind, KafkaRecord, OutboxEvent};
 
 /// Header names on dead-lettered records.
-pub const HEADER_ERROR: &str = "outboxd.error";
-pub const HEADER_ERROR_KIND: &str = "outboxd.error.kind";
-pub const HEADER_TOPIC: &str = "outboxd.original.topic";
-pub const HEADER_LSN: &str = "outboxd.source.commit_lsn";
-pub const HEADER_XID: &str = "outboxd.source.xid";
+pub(crate) const HEADER_ERROR: &str = "outboxd.error";
+pub(crate) const HEADER_ERROR_KIND: &str = "outboxd.error.kind";
+pub(crate) const HEADER_TOPIC: &str = "outboxd.original.topic";
+pub(crate) const HEADER_LSN: &str = "outboxd.source.commit_lsn";
+pub(crate) const HEADER_XID: &str = "outboxd.source.xid";
 /// Byte length of a value left out of the DLQ copy because it was too large.
-pub const HEADER_VALUE_SIZE: &str = "outboxd.original.value_size";
+pub(crate) const HEADER_VALUE_SIZE: &str = "outboxd.original.value_size";
 
 /// The DLQ copy of a record that Kafka refused (e.g. too large): same key,
 /// value and headers, plus the error. Refused for its size (`too_large`), it
 /// would be refused on the DLQ topic too: it goes without its value, and a
 /// header says how big the value was.
-pub fn from_record(
+pub(crate) fn from_record(
     record: &KafkaRecord,
     dlq_topic: &Arc<str>,
     event: &OutboxEvent,
@@ -53,7 +53,7 @@ pub fn from_record(
 /// JSON (column → text, NULL as null) or the raw message content, keyed and
 /// with an `id` header when the event has a key and an id (see
 /// [`RecordMapper::key_and_id`](crate::outbox::RecordMapper::key_and_id)).
-pub fn from_unmappable(
+pub(crate) fn from_unmappable(
     event: &OutboxEvent,
     dlq_topic: &Arc<str>,
     error: &str,

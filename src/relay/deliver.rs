@@ -26,7 +26,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
 use super::poison::{Cause, EventIdentity, Refusal, Stage, Verdict};
-use super::session::{keep_alive, InFlight, Session, SessionEnd};
+use super::session::{InFlight, Reconnect, Session, SessionEnd};
 use super::{RelayError, RelaySettings};
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent};
@@ -165,16 +165,15 @@ impl Session<'_> {
     /// (it was a batch-mate of the real culprit, see [`Session::on_report`]);
     /// refused alone, it is poison for certain.
     async fn trial(&mut self, mut entry: InFlight) -> Result<Option<SessionEnd>, RelayError> {
-        if let Some(end) = self.drain_reports(|s| s.in_flight.is_empty()).await? {
+        if let Some(end) = self.drain_reports(|s| s.tracker.sent_count() == 0).await? {
             return Ok(Some(end));
         }
         entry.isolated = true;
-        let key = entry.id.get();
+        let id = entry.id;
         if let Some(end) = self.enqueue(entry).await? {
             return Ok(Some(end));
         }
-        self.drain_reports(|s| !s.in_flight.contains_key(&key))
-            .await
+        self.drain_reports(|s| !s.tracker.is_sent(id)).await
     }
 
     /// Sends the records taken back from an ended producer, in WAL order:
@@ -242,40 +241,18 @@ impl Session<'_> {
         })
     }
 
-    /// Makes sure `topic` exists (see [`TopicManager::ensure`]), keeping the
-    /// walsender alive while the cluster is asked.
+    /// Makes sure `topic` exists (see [`TopicManager::ensure`]). However long
+    /// the cluster takes, the driver keeps the walsender alive.
     ///
     /// [`TopicManager::ensure`]: crate::sink::TopicManager::ensure
     pub(super) async fn ensure_topic(&mut self, topic: &str) -> Result<(), RelayError> {
-        // The common case, a known topic, without the timer `keep_alive`
-        // sets up: this runs once per event.
+        // The common case, a known topic, without a future: this runs once
+        // per event.
         if self.topics.is_known(topic) {
             return Ok(());
         }
-        let confirmed = self.tracker.confirmable();
-        let interval = self.settings.config.postgres.status_interval;
-        keep_alive(
-            &mut self.source,
-            confirmed,
-            interval,
-            self.topics.ensure(topic),
-        )
-        .await??;
+        self.topics.ensure(topic).await?;
         Ok(())
-    }
-
-    /// The next delivery report, however long Kafka takes (e.g. a hung
-    /// broker), with the walsender kept alive meanwhile.
-    async fn next_report_keeping_alive(&mut self) -> Result<Option<DeliveryReport>, RelayError> {
-        let confirmed = self.tracker.confirmable();
-        let interval = self.settings.config.postgres.status_interval;
-        Ok(keep_alive(
-            &mut self.source,
-            confirmed,
-            interval,
-            self.sink.next_report(),
-        )
-        .await?)
     }
 
     /// Handles delivery reports until `done` holds (or the session must end).
@@ -284,8 +261,8 @@ impl Session<'_> {
         done: impl Fn(&Self) -> bool,
     ) -> Result<Option<SessionEnd>, RelayError> {
         while !done(self) && self.halted.is_none() {
-            let Some(report) = self.next_report_keeping_alive().await? else {
-                return Ok(Some(SessionEnd::Reconnect("Kafka producer stopped".into())));
+            let Some(report) = self.sink.next_report().await else {
+                return Ok(Some(Reconnect::producer_stopped()));
             };
             if let Some(end) = self.on_report(report).await? {
                 return Ok(Some(end));
@@ -327,12 +304,13 @@ impl Session<'_> {
                         topic = &*entry.record.topic,
                         "sent"
                     );
-                    self.in_flight.insert(entry.id.get(), entry);
+                    let kept = self.tracker.sent(entry.id, entry);
+                    debug_assert!(kept.is_ok(), "a record was sent without a tracker slot");
                     return Ok(None);
                 }
                 Err(SendError::QueueFull) => {
-                    let Some(report) = self.next_report_keeping_alive().await? else {
-                        return Ok(Some(SessionEnd::Reconnect("Kafka producer stopped".into())));
+                    let Some(report) = self.sink.next_report().await else {
+                        return Ok(Some(Reconnect::producer_stopped()));
                     };
                     if let Some(end) = self.on_report(report).await? {
                         return Ok(Some(end));
@@ -382,9 +360,11 @@ impl Session<'_> {
                     return self.replace_producer(false, &message).await;
                 }
                 Err(e) => {
-                    let cause = format!("delivery failed: {e}");
-                    self.settings.health.kafka_down(&cause);
-                    return Ok(Some(SessionEnd::Reconnect(cause)));
+                    let end = Reconnect::delivery(&e);
+                    self.settings
+                        .health
+                        .kafka_down(&format!("delivery failed: {e}"));
+                    return Ok(Some(end));
                 }
             }
         }
@@ -430,7 +410,7 @@ impl Session<'_> {
             let _ = self.tracker.fail(id);
         }
         self.settings.health.kafka_down(cause);
-        SessionEnd::Reconnect(format!("delivery failed: {cause}"))
+        Reconnect::delivery(cause)
     }
 
     /// Collects the reports of everything the producer holds: acks are acks;
@@ -439,7 +419,7 @@ impl Session<'_> {
     async fn take_back(&mut self) -> Result<TakenBack, RelayError> {
         let mut found = TakenBack::default();
         for purge_in_flight in [false, true] {
-            if self.in_flight.is_empty() {
+            if self.tracker.sent_count() == 0 {
                 break;
             }
             if purge_in_flight {
@@ -448,16 +428,12 @@ impl Session<'_> {
                 self.sink.purge_queued();
             }
             let deadline = Instant::now() + TAKE_BACK_WAIT;
-            while !self.in_flight.is_empty() {
-                let confirmed = self.tracker.confirmable();
-                let interval = self.settings.config.postgres.status_interval;
+            while self.tracker.sent_count() > 0 {
                 let next = tokio::time::timeout_at(deadline, self.sink.next_report());
-                let Ok(Some(report)) =
-                    keep_alive(&mut self.source, confirmed, interval, next).await?
-                else {
+                let Ok(Some(report)) = next.await else {
                     break;
                 };
-                let Some(entry) = self.in_flight.remove(&report.id) else {
+                let Some(entry) = self.tracker.take_sent(report.id) else {
                     continue;
                 };
                 match report.result {
@@ -466,12 +442,12 @@ impl Session<'_> {
                 }
             }
         }
-        if !self.in_flight.is_empty() {
+        if self.tracker.sent_count() > 0 {
             found.outage.get_or_insert(format!(
                 "no delivery report for {} record(s) from the producer being replaced",
-                self.in_flight.len()
+                self.tracker.sent_count()
             ));
-            for (_, entry) in std::mem::take(&mut self.in_flight) {
+            for entry in self.tracker.take_all_sent() {
                 self.hold_for_resend(entry);
             }
         }
@@ -505,7 +481,7 @@ impl Session<'_> {
         &mut self,
         report: DeliveryReport,
     ) -> Result<Option<SessionEnd>, RelayError> {
-        let Some(entry) = self.in_flight.remove(&report.id) else {
+        let Some(entry) = self.tracker.take_sent(report.id) else {
             return Ok(None);
         };
         match report.result {
@@ -538,9 +514,7 @@ impl Session<'_> {
                         // Freeze: nothing after this event may be confirmed.
                         let _ = self.tracker.fail(entry.id);
                         self.settings.health.kafka_down(&error);
-                        Ok(Some(SessionEnd::Reconnect(format!(
-                            "delivery failed: {error}"
-                        ))))
+                        Ok(Some(Reconnect::delivery(error)))
                     }
                 }
             }

@@ -4,7 +4,7 @@
 //!
 //! Guarantees, and where each is kept:
 //! - **No loss, no gap**: the slot is confirmed only at positions the
-//!   [`AckTracker`](crate::progress::AckTracker) allows, i.e. below every
+//!   ack tracker (`progress::AckTracker`) allows, i.e. below every
 //!   unacknowledged event. Any transport failure throws away the producer and
 //!   the stream and resumes from the slot, so a message librdkafka gave up on
 //!   is read again rather than skipped.
@@ -35,16 +35,13 @@ use crate::source::admin::AdminError;
 use crate::source::replication::error::Disposition;
 use crate::source::session::{SourceError, SourceSettings};
 
-pub use dead_letter::{
-    HEADER_ERROR, HEADER_ERROR_KIND, HEADER_LSN, HEADER_TOPIC, HEADER_VALUE_SIZE, HEADER_XID,
-};
 pub use deliver::EVENTS_TARGET;
 // The relay's dead-letter records, for `outboxd backfill`.
 pub(crate) use dead_letter::{
     from_record as dead_letter_refused, from_unmappable as dead_letter_unmappable,
 };
 use poison::PoisonMemory;
-use session::{Session, SessionEnd};
+use session::{ReconnectCause, Session, SessionEnd};
 
 /// A session that ran this long without failing resets the backoff.
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
@@ -169,13 +166,13 @@ pub async fn run(
         health.session_ended();
         metrics::gauge!(m::IN_FLIGHT_EVENTS).set(0.0);
         metrics::gauge!(m::IN_FLIGHT_BYTES).set(0.0);
-        let cause = match result {
+        let (cause, detail) = match result {
             Ok(SessionEnd::Shutdown) => return Ok(()),
             // Kafka-side ends; the session marked Kafka down if it was a
             // transport failure (a refused event is no outage).
-            Ok(SessionEnd::Reconnect(cause)) => {
+            Ok(SessionEnd::Reconnect(end)) => {
                 permanent = 0;
-                cause
+                (end.cause, end.detail)
             }
             // Another instance streams the slot: stand by, quietly, until
             // it is released (see `standby`); no backoff, not a reconnect.
@@ -212,18 +209,25 @@ pub async fn run(
                     }
                     Disposition::Transient => permanent = 0,
                 }
-                let cause = e.to_string();
-                match e {
-                    RelayError::Source(_) => health.postgres_down(Some(&cause)),
-                    _ => health.kafka_down(&cause),
-                }
-                cause
+                let detail = e.to_string();
+                let cause = match e {
+                    RelayError::Source(_) => {
+                        health.postgres_down(Some(&detail));
+                        ReconnectCause::Postgres
+                    }
+                    _ => {
+                        health.kafka_down(&detail);
+                        ReconnectCause::Kafka
+                    }
+                };
+                (cause, detail)
             }
         };
         if started.elapsed() >= HEALTHY_SESSION {
             backoff = relay.reconnect_backoff_min;
         }
-        metrics::counter!(crate::metrics::RECONNECTS, "cause" => cause_label(&cause)).increment(1);
+        metrics::counter!(crate::metrics::RECONNECTS, "cause" => cause.label()).increment(1);
+        let cause = detail;
         if permanent > 0 {
             tracing::error!(
                 %cause,
@@ -244,30 +248,16 @@ pub async fn run(
     }
 }
 
-/// Reconnect causes, as [`cause_label`] names them.
-const CAUSE_LABELS: [&str; 3] = ["kafka_delivery", "kafka", "postgres"];
-
 /// The configured limits, and every known label value at 0, so each series
 /// exists from the start (rate() and absent() need that).
 fn register_metrics(config: &Config) {
     metrics::gauge!(m::IN_FLIGHT_EVENTS_LIMIT).set(config.relay.max_in_flight_events as f64);
     metrics::gauge!(m::IN_FLIGHT_BYTES_LIMIT).set(config.relay.max_in_flight_bytes as f64);
     metrics::gauge!(m::HALTED).set(0.0);
-    for cause in CAUSE_LABELS {
-        metrics::counter!(m::RECONNECTS, "cause" => cause).increment(0);
+    for cause in ReconnectCause::ALL {
+        metrics::counter!(m::RECONNECTS, "cause" => cause.label()).increment(0);
     }
     for reason in poison::DEAD_LETTER_REASONS {
         metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => reason).increment(0);
-    }
-}
-
-/// A short, bounded label for the reconnect metric.
-fn cause_label(cause: &str) -> &'static str {
-    if cause.starts_with("delivery") {
-        CAUSE_LABELS[0]
-    } else if cause.contains("Kafka") || cause.contains("kafka") {
-        CAUSE_LABELS[1]
-    } else {
-        CAUSE_LABELS[2]
     }
 }

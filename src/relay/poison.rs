@@ -32,7 +32,7 @@ pub(super) type EventIdentity = (Lsn, u32);
 /// acked. Refused again alone, it is *confirmed* poison and the policy
 /// applies without another try (which would only end the producer again).
 #[derive(Default)]
-pub struct PoisonMemory(HashMap<EventIdentity, Verdict>);
+pub(crate) struct PoisonMemory(HashMap<EventIdentity, Verdict>);
 
 #[derive(Clone)]
 pub(super) enum Verdict {

@@ -1,18 +1,17 @@
-//! One relay session: a replication stream, a producer and an ack tracker
-//! that live and die together. The main `select!` is biased, by priority:
-//! 1. shutdown (stop reading, drain in-flight acks, confirm, exit), then a
-//!    change of the outbox table ([`TableWatch`]: halt),
+//! One relay session: a replication stream (run by its own task, see
+//! [`driver`](crate::source::driver)), a producer and an ack tracker that
+//! live and die together. The main `select!` is biased, by priority:
+//! 1. shutdown (drain in-flight acks, confirm, exit), then a change of the
+//!    outbox table ([`TableWatch`]: halt),
 //! 2. delivery reports (acks move the confirmable position; a transport
 //!    failure ends the session),
-//! 3. the status-update timer (keeps the walsender alive while we are not
-//!    reading, e.g. under backpressure),
-//! 4. the drain deadline,
-//! 5. new WAL, only while in-flight events and bytes are under their limits.
+//! 3. the drain deadline,
+//! 4. what the driver read, only while in-flight events and bytes are under
+//!    their limits (or else only the driver's failure).
 //!
 //! The walsender ends a connection it hears nothing from for
-//! `wal_sender_timeout`, so the status updates must never stop: not while
-//! the window is full (3), and not while a handler waits on Kafka for a
-//! topic, a report or room in the producer's queue ([`keep_alive`]).
+//! `wal_sender_timeout`; the driver sees to that on its own, whatever this
+//! task waits for (a topic, a report, room in the producer's queue).
 //!
 //! This file holds the session's state and its loop; the handlers live
 //! beside it: [`deliver`](super::deliver) takes events to the producer and
@@ -20,7 +19,6 @@
 //! `relay.on_error` to events that cannot be delivered.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,25 +33,78 @@ use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent, RecordMapper};
 use crate::progress::{AckTracker, DeliveryId};
 use crate::sink::{KafkaSink, TopicManager};
-use crate::source::session::{Received, SourceError, SourceSession};
-use crate::Lsn;
+use crate::source::driver::{DriverOptions, SourceHandle, Streamed};
+use crate::source::session::{SourceError, SourceSession};
 
-/// Least time between two status updates while the confirmable position
-/// moves: batches updates under load, still confirms within a blink.
-const MIN_STATUS_GAP: Duration = Duration::from_millis(100);
+/// Items taken from the driver per wake-up at most, so that reports and
+/// shutdown are looked at in between.
+const BATCH: usize = 64;
 
 /// Least time a graceful stop waits for the table watch to vouch for the
 /// last acked position (beyond three status intervals): two looks on a
 /// slow connection.
 const MIN_SETTLE: Duration = Duration::from_secs(2);
 
-pub enum SessionEnd {
+pub(crate) enum SessionEnd {
     Shutdown,
-    Reconnect(String),
+    /// Kafka-side trouble: reconnect, resuming from the slot.
+    Reconnect(Reconnect),
 }
 
-/// A record handed to the producer and not yet reported on, keyed in
-/// [`Session::in_flight`] by its delivery id.
+/// Why a session ends for a reconnect: the metric's cause and the message.
+pub(crate) struct Reconnect {
+    pub(super) cause: ReconnectCause,
+    pub(super) detail: String,
+}
+
+impl Reconnect {
+    /// A delivery failed: Kafka may have a gap after it.
+    pub(super) fn delivery(detail: impl std::fmt::Display) -> SessionEnd {
+        SessionEnd::Reconnect(Reconnect {
+            cause: ReconnectCause::KafkaDelivery,
+            detail: format!("delivery failed: {detail}"),
+        })
+    }
+
+    /// The producer's report channel closed.
+    pub(super) fn producer_stopped() -> SessionEnd {
+        SessionEnd::Reconnect(Reconnect {
+            cause: ReconnectCause::Kafka,
+            detail: "Kafka producer stopped".into(),
+        })
+    }
+}
+
+/// The `cause` label of the reconnect counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReconnectCause {
+    /// A delivery failed (timed out, fatal): reconnect from the slot.
+    KafkaDelivery,
+    /// Kafka otherwise: the producer, a topic, the cluster.
+    Kafka,
+    /// The source: PostgreSQL, the walsender, the stream.
+    Postgres,
+}
+
+impl ReconnectCause {
+    pub(super) const ALL: [ReconnectCause; 3] = [
+        ReconnectCause::KafkaDelivery,
+        ReconnectCause::Kafka,
+        ReconnectCause::Postgres,
+    ];
+
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            ReconnectCause::KafkaDelivery => "kafka_delivery",
+            ReconnectCause::Kafka => "kafka",
+            ReconnectCause::Postgres => "postgres",
+        }
+    }
+}
+
+/// A record with a slot in the ack tracker: handed to the producer and not
+/// yet reported on (the tracker keeps it meanwhile), or waiting in
+/// [`Session::resend`].
 pub(super) struct InFlight {
     pub(super) id: DeliveryId,
     pub(super) record: KafkaRecord,
@@ -66,18 +117,19 @@ pub(super) struct InFlight {
     pub(super) received_at: Instant,
 }
 
-pub struct Session<'a> {
+pub(crate) struct Session<'a> {
     pub(super) settings: &'a RelaySettings,
-    /// The replication stream. Handlers that wait (for a topic, for room in
-    /// the producer's queue, for a report) keep it alive through
-    /// [`keep_alive`].
-    pub(super) source: SourceSession,
+    /// The replication stream's driver.
+    source: SourceHandle,
+    /// The driver said the open transaction is complete after a drain
+    /// request: nothing more comes.
+    drained: bool,
     pub(super) mapper: &'a mut RecordMapper,
     pub(super) poison: &'a mut PoisonMemory,
     pub(super) sink: KafkaSink,
     pub(super) topics: TopicManager,
-    pub(super) tracker: AckTracker,
-    pub(super) in_flight: HashMap<u64, InFlight>,
+    /// The ack tracker, which also keeps each record the producer holds.
+    pub(super) tracker: AckTracker<InFlight>,
     /// Records taken back from a producer that Kafka's refusal of one of them
     /// ended, by delivery id (WAL order): sent again, on a fresh producer,
     /// before anything newer (see [`deliver`](super::deliver)).
@@ -119,63 +171,42 @@ impl HotMetrics {
     }
 }
 
-/// Awaits `fut` while sending the walsender a status update (confirming
-/// `confirmed`) every `interval`. A handler that waits on Kafka, for a topic,
-/// a report or room in the producer's queue, reads nothing from the stream
-/// meanwhile, and without these updates the server would end the connection
-/// after `wal_sender_timeout`.
-pub(super) async fn keep_alive<T>(
-    source: &mut SourceSession,
-    confirmed: Lsn,
-    interval: Duration,
-    fut: impl Future<Output = T>,
-) -> Result<T, SourceError> {
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        let at = Instant::from_std(source.stream().next_status_deadline(interval));
-        tokio::select! {
-            biased;
-            out = &mut fut => return Ok(out),
-            _ = tokio::time::sleep_until(at) => {
-                let confirmed = source.limit(confirmed);
-                source.stream().send_status(confirmed, false).await?;
-            }
-        }
-    }
-}
-
 impl<'a> Session<'a> {
-    pub async fn run(
+    pub(crate) async fn run(
         settings: &'a RelaySettings,
         mapper: &'a mut RecordMapper,
         poison: &'a mut PoisonMemory,
         mut stop: watch::Receiver<bool>,
     ) -> Result<SessionEnd, RelayError> {
         let health = &settings.health;
-        let mut source = SourceSession::open(&settings.source).await?;
+        let source = SourceSession::open(&settings.source).await?;
+        let start_lsn = source.start_lsn;
         let interval = settings.config.postgres.status_interval;
-        let table_watch = TableWatch::start(&settings.source, source.start_lsn, interval)
+        let table_watch = TableWatch::start(&settings.source, start_lsn, interval)
             .await
             .map_err(SourceError::from)?;
-        source.set_ceiling(table_watch.ceiling());
+        let source = source.start(DriverOptions {
+            status_interval: interval,
+            stream_timeout: settings.config.postgres.stream_timeout,
+            ceiling: Some(table_watch.ceiling()),
+        });
         health.postgres_up();
-        health.progress(0, source.start_lsn);
+        health.progress(0, start_lsn);
         let sink = super::deliver::new_sink(settings)?;
         let topics = TopicManager::new(&settings.brokers, &settings.config.kafka)?;
         // A halt belongs to its session; the next one re-reads the event and
         // decides again.
         health.set_halted(None);
         metrics::gauge!(m::HALTED).set(0.0);
-        let start_lsn = source.start_lsn;
         let mut s = Session {
             settings,
             source,
+            drained: false,
             mapper,
             poison,
             sink,
             topics,
             tracker: AckTracker::new(start_lsn),
-            in_flight: HashMap::new(),
             resend: BTreeMap::new(),
             ordinal: 0,
             halted: None,
@@ -187,10 +218,6 @@ impl<'a> Session<'a> {
             table_watch,
         };
         let relay = &settings.config.relay;
-        s.source
-            .stream()
-            .set_stream_timeout(settings.config.postgres.stream_timeout);
-        let mut items = Vec::new();
         let mut drain_deadline: Option<Instant> = None;
         let far = Instant::now() + Duration::from_secs(86400 * 365);
         loop {
@@ -211,7 +238,7 @@ impl<'a> Session<'a> {
                     }
                     flushed
                 } else {
-                    !s.source.in_transaction() && s.tracker.in_flight() == 0
+                    s.drained && s.tracker.in_flight() == 0
                 };
                 if drained || Instant::now() >= deadline {
                     let confirmed = s
@@ -219,9 +246,8 @@ impl<'a> Session<'a> {
                         .settle(s.tracker.confirmable(), interval * 3 + MIN_SETTLE)
                         .await;
                     tracing::info!(%confirmed, unacked = s.tracker.in_flight(), drained, "shutting down");
-                    s.filtered.update(s.source.ignored());
                     s.source.finish(confirmed).await?;
-                    m::gauge_lsn(m::CONFIRMED_LSN, confirmed);
+                    m::gauge_lsn(m::CONFIRMED_LSN, s.source.reported().confirmed);
                     return Ok(SessionEnd::Shutdown);
                 }
             }
@@ -230,30 +256,15 @@ impl<'a> Session<'a> {
                     return Ok(end);
                 }
             }
-            let full = s.tracker.in_flight() >= relay.max_in_flight_events
-                || s.tracker.in_flight_bytes() as u64 >= relay.max_in_flight_bytes;
-            // While draining, read on only to finish the open transaction, so
-            // a restart does not repeat half of it.
-            let reading = !full
-                && s.halted.is_none()
-                && s.resend.is_empty()
-                && (drain_deadline.is_none() || s.source.in_transaction());
-            if !reading {
-                // Not listening is no silence (see `reset_silence`).
-                s.source.stream().reset_silence();
-            }
-            let stream = s.source.stream();
-            let status_at = Instant::from_std(
-                stream
-                    .next_status_deadline(interval)
-                    .min(stream.next_probe()),
-            );
-            let dead_at = Instant::from_std(stream.dead_at());
+            // While draining, the driver reads on only to finish the open
+            // transaction, so a restart does not repeat half of it.
+            let reading = s.may_read();
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|v| *v), if drain_deadline.is_none() => {
                     tracing::info!(in_flight = s.tracker.in_flight(), "shutdown requested; draining");
                     drain_deadline = Some(Instant::now() + relay.shutdown_timeout);
+                    s.source.drain();
                 }
                 // Also while halted: a server shutting down waits for our
                 // confirmation, which a halted relay never sends.
@@ -263,11 +274,8 @@ impl<'a> Session<'a> {
                 },
                 report = s.sink.next_report() => {
                     let Some(report) = report else {
-                        return Ok(SessionEnd::Reconnect("Kafka producer stopped".into()));
+                        return Ok(Reconnect::producer_stopped());
                     };
-                    // A report may be handled at length (a suspect retried,
-                    // a dead letter sent); that time is no silence.
-                    let busy_from = std::time::Instant::now();
                     if let Some(end) = s.on_report(report).await? {
                         return Ok(end);
                     }
@@ -278,60 +286,95 @@ impl<'a> Session<'a> {
                             return Ok(end);
                         }
                     }
-                    s.source.stream().not_listening_since(busy_from);
                 }
-                _ = tokio::time::sleep_until(status_at) => {}
                 _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() => {}
-                // Nothing arrived, not even the answer to a reply request.
-                _ = tokio::time::sleep_until(dead_at), if reading => {
-                    return Err(SourceError::from(s.source.stream().silent_error()).into());
-                }
-                received = s.source.next(&mut items), if reading => {
-                    let received = received?;
-                    s.received_at = Instant::now();
-                    for item in items.drain(..) {
-                        if let Some(end) = s.on_item(item).await? {
+                // Not reading (a full window, a halt), only the driver's end.
+                streamed = s.source.next(reading) => {
+                    if let Some(end) = s.on_streamed(streamed?).await? {
+                        return Ok(end);
+                    }
+                    // What else is waiting, while there is room for it.
+                    for _ in 1..BATCH {
+                        if !s.may_read() {
+                            break;
+                        }
+                        let Some(streamed) = s.source.try_recv() else {
+                            break;
+                        };
+                        if let Some(end) = s.on_streamed(streamed).await? {
                             return Ok(end);
                         }
                     }
-                    if let Received::Keepalive { wal_end, reply_requested } = received {
-                        if !s.source.in_transaction() {
-                            s.tracker.keepalive(wal_end);
-                        }
-                        if reply_requested {
-                            let confirmable = s.source.limit(s.tracker.confirmable());
-                            s.source.stream().send_status(confirmable, false).await.map_err(SourceError::from)?;
-                        }
-                    }
-                    // The handlers may have waited on Kafka meanwhile.
-                    s.source.stream().reset_silence();
                 }
             }
-            let confirmable = s.source.limit(s.tracker.confirmable());
-            let probe = s.source.stream().probe_due();
-            if probe
-                || s.source
-                    .stream()
-                    .status_due(confirmable, interval, MIN_STATUS_GAP)
-            {
-                s.source
-                    .stream()
-                    .send_status(confirmable, probe)
-                    .await
-                    .map_err(SourceError::from)?;
-                m::gauge_lsn(m::CONFIRMED_LSN, s.source.stream().last_sent());
-                m::gauge_lsn(m::RECEIVED_LSN, s.source.stream().received());
-            }
-            // Every iteration, not only with a status update: a status update
-            // sent while a handler waits (`keep_alive`) may confirm past
-            // filtered changes, and if the session then ends they are never
-            // read, or counted, again.
-            s.filtered.update(s.source.ignored());
+            s.source.confirm(s.tracker.confirmable());
+            let reported = s.source.reported();
+            m::gauge_lsn(m::CONFIRMED_LSN, reported.confirmed);
+            m::gauge_lsn(m::RECEIVED_LSN, reported.received);
+            // From what the driver counted when it last confirmed: once
+            // confirmed past, filtered changes are never read again.
+            s.filtered.update(reported.ignored);
             s.hot.in_flight_events.set(s.tracker.in_flight() as f64);
             s.hot
                 .in_flight_bytes
                 .set(s.tracker.in_flight_bytes() as f64);
-            health.progress(s.tracker.in_flight(), s.source.stream().last_sent());
+            health.progress(s.tracker.in_flight(), reported.confirmed);
+        }
+    }
+
+    /// Whether to take more from the driver: under the in-flight limits,
+    /// not halted, nothing waiting to be sent again, not drained.
+    fn may_read(&self) -> bool {
+        let relay = &self.settings.config.relay;
+        let full = self.tracker.in_flight() >= relay.max_in_flight_events
+            || self.tracker.in_flight_bytes() as u64 >= relay.max_in_flight_bytes;
+        !full && self.halted.is_none() && self.resend.is_empty() && !self.drained
+    }
+
+    /// One item from the driver, in WAL order.
+    async fn on_streamed(&mut self, streamed: Streamed) -> Result<Option<SessionEnd>, RelayError> {
+        match streamed {
+            Streamed::Item { item, received_at } => {
+                self.received_at = received_at;
+                self.on_item(item).await
+            }
+            // Halted: nothing after the poison event becomes a checkpoint.
+            Streamed::Idle(wal_end) if self.halted.is_none() => {
+                self.tracker.keepalive(wal_end);
+                Ok(None)
+            }
+            Streamed::Idle(_) => Ok(None),
+            Streamed::Drained => {
+                self.drained = true;
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl Drop for Session<'_> {
+    /// The driver may have confirmed past filtered changes since the loop
+    /// last counted them: count them before the session is gone.
+    fn drop(&mut self) {
+        self.filtered.update(self.source.reported().ignored);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dashboards and alerts select on these values.
+    #[test]
+    fn reconnect_causes_keep_their_metric_labels() {
+        let labels = ReconnectCause::ALL.map(ReconnectCause::label);
+        assert_eq!(labels, ["kafka_delivery", "kafka", "postgres"]);
+        match Reconnect::delivery("timed out") {
+            SessionEnd::Reconnect(r) => {
+                assert_eq!(r.cause, ReconnectCause::KafkaDelivery);
+                assert_eq!(r.detail, "delivery failed: timed out");
+            }
+            SessionEnd::Shutdown => panic!("a delivery failure is no shutdown"),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! slot/publication administration on an ordinary SQL connection.
 
 pub mod admin;
+pub(crate) mod driver;
 pub mod pgoutput;
 pub mod replication;
 pub mod session;

@@ -1,5 +1,5 @@
 //! One streaming session: check and prepare the database, start replication
-//! from the slot, and turn the stream into [`SourceItem`]s.
+//! from the slot, and hand the stream to its driver task.
 //!
 //! A session is thrown away on any error; the caller reconnects and the slot
 //! (not any state of ours) says where to resume.
@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::admin::{self, AdminError, Target};
+use super::driver::{DriverOptions, SourceHandle};
 use super::pgoutput::{DecodeError, Decoder};
-use super::replication::{
-    self, ConnParams, ReplicationError, ReplicationStream, ServerMessage, StartOptions,
-};
-use super::transactions::{AssembleError, IgnoredCounts, SourceItem, TransactionAssembler};
+use super::replication::{self, ConnParams, ReplicationError, ReplicationStream, StartOptions};
+use super::transactions::{AssembleError, TransactionAssembler};
 use crate::Lsn;
 
 /// pgoutput protocol version requested. Version 1 sends each transaction
@@ -82,47 +81,35 @@ impl SourceError {
     }
 }
 
-/// What one receive produced, besides the items appended to the caller's Vec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Received {
-    /// A pgoutput message was decoded (items may or may not have been added).
-    Data,
-    /// Server keepalive: `wal_end` is safe to confirm when no transaction is
-    /// open and everything before it is acked.
-    Keepalive { wal_end: Lsn, reply_requested: bool },
-}
-
 /// The highest position a session may confirm, raised by whoever vouches
 /// for positions (the relay's table watch). Shared, so the watch can raise
 /// it while the session confirms from anywhere in the relay.
 #[derive(Debug, Clone)]
-pub struct ConfirmCeiling(Arc<AtomicU64>);
+pub(crate) struct ConfirmCeiling(Arc<AtomicU64>);
 
 impl ConfirmCeiling {
-    pub fn new(at: Lsn) -> Self {
+    pub(crate) fn new(at: Lsn) -> Self {
         ConfirmCeiling(Arc::new(AtomicU64::new(at.0)))
     }
 
     /// Moves the ceiling up to `lsn`; never down.
-    pub fn raise(&self, lsn: Lsn) {
+    pub(crate) fn raise(&self, lsn: Lsn) {
         self.0.fetch_max(lsn.0, Ordering::AcqRel);
     }
 
-    pub fn get(&self) -> Lsn {
+    pub(crate) fn get(&self) -> Lsn {
         Lsn(self.0.load(Ordering::Acquire))
     }
 }
 
-pub struct SourceSession {
+pub(crate) struct SourceSession {
     stream: ReplicationStream,
-    /// `None`: confirm whatever the caller says (`outboxd tail`).
-    ceiling: Option<ConfirmCeiling>,
     decoder: Decoder,
     assembler: TransactionAssembler,
     /// Server's wal_sender_timeout; status updates must come well within it.
-    pub wal_sender_timeout: Duration,
+    wal_sender_timeout: Duration,
     /// The slot's confirmed position when the session started.
-    pub start_lsn: Lsn,
+    pub(crate) start_lsn: Lsn,
 }
 
 impl SourceSession {
@@ -130,7 +117,7 @@ impl SourceSession {
     /// and only then creating what is missing and START_REPLICATION: a
     /// check that fails leaves no slot behind (a slot nobody streams holds
     /// WAL until someone drops it).
-    pub async fn open(s: &SourceSettings) -> Result<SourceSession, SourceError> {
+    pub(crate) async fn open(s: &SourceSettings) -> Result<SourceSession, SourceError> {
         replication::commands::validate_identifier("postgres.slot", &s.slot).map_err(|reason| {
             ReplicationError::Protocol {
                 server: s.conn.describe(),
@@ -144,13 +131,14 @@ impl SourceSession {
         let existing_slot = admin::check_slot_ready(&client, &target).await?;
         let wal_sender_timeout = admin::wal_sender_timeout(&client).await?;
         // The server drops a walsender that stays silent for its timeout;
-        // while backpressured, interval updates are all it hears from us.
-        if !wal_sender_timeout.is_zero() && s.status_interval * 2 > wal_sender_timeout {
-            tracing::warn!(
+        // while the relay holds back, unasked updates are all it hears from
+        // us, so the driver sends them more often than configured then.
+        if !wal_sender_timeout.is_zero() && s.status_interval * 3 > wal_sender_timeout {
+            tracing::info!(
                 status_interval_ms = s.status_interval.as_millis() as u64,
                 wal_sender_timeout_ms = wal_sender_timeout.as_millis() as u64,
-                "postgres.status_interval is more than half the server's wal_sender_timeout; \
-                 the server may drop the connection while outboxd waits for Kafka: lower status_interval"
+                "postgres.status_interval is more than a third of the server's wal_sender_timeout; \
+                 status updates go every third of wal_sender_timeout instead"
             );
         }
         // The last checks: pg_hba.conf admits replication connections, and
@@ -182,7 +170,6 @@ impl SourceSession {
         tracing::info!(slot = %s.slot, %start_lsn, "replication started");
         Ok(SourceSession {
             stream,
-            ceiling: None,
             decoder: Decoder::new(PROTO_VERSION),
             assembler: TransactionAssembler::new(
                 &s.table_schema,
@@ -194,67 +181,16 @@ impl SourceSession {
         })
     }
 
-    /// Receives and decodes the next message. Cancel-safe: nothing is consumed
-    /// unless the future completes.
-    pub async fn next(&mut self, out: &mut Vec<SourceItem>) -> Result<Received, SourceError> {
-        match self.stream.recv().await? {
-            ServerMessage::XLogData {
-                wal_start, data, ..
-            } => {
-                let msg = self
-                    .decoder
-                    .decode(data)
-                    .map_err(|source| SourceError::Decode {
-                        lsn: wal_start,
-                        source,
-                    })?;
-                self.assembler
-                    .handle(msg, out)
-                    .map_err(|source| SourceError::Assemble {
-                        lsn: wal_start,
-                        source,
-                    })?;
-                Ok(Received::Data)
-            }
-            ServerMessage::Keepalive {
-                wal_end,
-                reply_requested,
-            } => Ok(Received::Keepalive {
-                wal_end,
-                reply_requested,
-            }),
-        }
-    }
-
-    pub fn in_transaction(&self) -> bool {
-        self.assembler.in_transaction()
-    }
-
-    pub fn ignored(&self) -> IgnoredCounts {
-        self.assembler.ignored()
-    }
-
-    pub fn stream(&mut self) -> &mut ReplicationStream {
-        &mut self.stream
-    }
-
-    /// From now on, confirm nothing above `ceiling`.
-    pub fn set_ceiling(&mut self, ceiling: ConfirmCeiling) {
-        self.ceiling = Some(ceiling);
-    }
-
-    /// `confirmable` lowered to the ceiling: what may be sent as confirmed.
-    pub fn limit(&self, confirmable: Lsn) -> Lsn {
-        match &self.ceiling {
-            Some(c) => confirmable.min(c.get()),
-            None => confirmable,
-        }
-    }
-
-    /// Confirms `confirmed` (within the ceiling) and closes the connection
-    /// cleanly.
-    pub async fn finish(self, confirmed: Lsn) -> Result<(), SourceError> {
-        let confirmed = self.limit(confirmed);
-        Ok(self.stream.finish(confirmed).await?)
+    /// Hands the stream to its own task (see [`driver`](super::driver)):
+    /// from now on it is read, and the walsender kept alive, there.
+    pub(crate) fn start(self, opts: DriverOptions) -> SourceHandle {
+        SourceHandle::spawn(
+            self.stream,
+            self.decoder,
+            self.assembler,
+            self.start_lsn,
+            self.wal_sender_timeout,
+            opts,
+        )
     }
 }

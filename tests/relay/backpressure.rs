@@ -55,14 +55,15 @@ struct Held {
     rss_max_kib: u64,
 }
 
-/// Starts a relay with `limits` against a private broker, lets `write` run
-/// with the broker paused, and samples for four walsender timeouts: the
-/// walsender must stay the same process throughout. Returns the samples and
-/// the broker, resumed.
+/// Starts a relay with `limits` (and environment `vars`) against a private
+/// broker, lets `write` run with the broker paused, and samples for four
+/// walsender timeouts: the walsender must stay the same process throughout.
+/// Returns the samples and the broker, resumed.
 async fn hold(
     slot: &str,
     limits: &str,
     kafka_properties: &str,
+    vars: &[(&str, &str)],
     write: impl AsyncFnOnce(&mut tokio_postgres::Client),
 ) -> (Held, Vec<Sent>, KafkaBroker, Env, Relay, u16) {
     let broker = tokio::task::block_in_place(KafkaBroker::start);
@@ -79,7 +80,7 @@ async fn hold(
     );
     let e = env(broker.bootstrap(), slot, &extra);
     short_wal_sender_timeout(&e.pg);
-    let relay = Relay::start(&e);
+    let relay = Relay::start_with_env(&e, vars);
     let pg = &e.pg;
     tokio::task::block_in_place(|| {
         wait_for("/healthz", Duration::from_secs(60), || {
@@ -158,6 +159,7 @@ async fn a_full_event_window_stops_reading_and_keeps_the_walsender_alive() {
         "bpevents",
         &format!("max_in_flight_events = {LIMIT}"),
         "",
+        &[],
         async |client: &mut tokio_postgres::Client| {
             sent = super::support::write(client, "bpevents", &aggs, 3_000, &[30], 0).await;
         },
@@ -192,6 +194,7 @@ async fn a_full_byte_window_stops_reading() {
         "bpbytes",
         &format!("max_in_flight_bytes = {LIMIT}\nmax_in_flight_events = 100000"),
         "",
+        &[],
         async |client: &mut tokio_postgres::Client| {
             for _ in 0..EVENTS / 50 {
                 client
@@ -320,6 +323,7 @@ async fn a_full_producer_queue_keeps_the_walsender_alive() {
         "bpqueue",
         "max_in_flight_events = 100000",
         &format!("\"queue.buffering.max.messages\" = \"{QUEUE}\""),
+        &[],
         async |client: &mut tokio_postgres::Client| {
             sent = super::support::write(client, "bpqueue", &aggs, 1_000, &[20], 0).await;
         },
@@ -339,4 +343,40 @@ async fn a_full_producer_queue_keeps_the_walsender_alive() {
         verify(b, &sent, &texts, Duration::from_secs(180), true, &logs)
     });
     assert_eq!(v.delivered, 1_002, "relay log:\n{}", relay.log());
+}
+
+/// Kafka stalls for four times `wal_sender_timeout` with the window full,
+/// and `postgres.status_interval` is longer than that timeout: the relay
+/// reads nothing, and the walsender hears from it only through the driver's
+/// own status updates, which must come often enough for the server's
+/// timeout whatever the interval says. Same walsender before and after, and
+/// every event delivered once Kafka is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_stall_longer_than_wal_sender_timeout_keeps_the_walsender() {
+    const LIMIT: f64 = 200.0;
+    let aggs = aggregates(10);
+    let mut sent = Vec::new();
+    let (held, warm_up, broker, e, relay, _) = hold(
+        "bpstall",
+        &format!("max_in_flight_events = {LIMIT}"),
+        "",
+        &[("OUTBOXD_POSTGRES__STATUS_INTERVAL", "10s")],
+        async |client: &mut tokio_postgres::Client| {
+            sent = super::support::write(client, "bpstall", &aggs, 1_000, &[20], 0).await;
+        },
+    )
+    .await;
+    assert_eq!(held.max_events, LIMIT, "the window never filled");
+    sent.extend(warm_up);
+    let logs = e.dir.path().to_path_buf();
+    let texts = payload_texts(&e.pg);
+    let b = &broker;
+    let v = tokio::task::block_in_place(|| {
+        verify(b, &sent, &texts, Duration::from_secs(180), true, &logs)
+    });
+    assert_eq!(v.delivered, 1_002, "relay log:\n{}", relay.log());
+    eprintln!(
+        "stall past wal_sender_timeout: {} delivered, {} duplicates",
+        v.delivered, v.duplicates
+    );
 }

@@ -1,5 +1,5 @@
 //! Replication commands over the simple query protocol: IDENTIFY_SYSTEM and
-//! START_REPLICATION (which turns the connection into a [`ReplicationStream`]).
+//! START_REPLICATION (which turns the connection into a `ReplicationStream`).
 
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
@@ -128,7 +128,7 @@ impl WalConnection {
 
     /// Starts streaming. The server resumes at max(`start_lsn`, the slot's
     /// confirmed_flush_lsn), so 0/0 means "where the slot is".
-    pub async fn start_replication(
+    pub(crate) async fn start_replication(
         mut self,
         opts: &StartOptions,
     ) -> Result<ReplicationStream, ReplicationError> {

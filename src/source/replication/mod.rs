@@ -11,7 +11,7 @@ pub mod connect;
 pub mod error;
 pub mod framed;
 pub mod protocol;
-pub mod stream;
+pub(crate) mod stream;
 pub mod tls;
 
 pub use commands::{StartOptions, SystemIdentity};
@@ -19,4 +19,4 @@ pub use conn_params::{ConnParams, SslMode};
 pub use connect::{connect, WalConnection};
 pub use error::{ReplicationError, ServerError};
 pub use protocol::ServerMessage;
-pub use stream::ReplicationStream;
+pub(crate) use stream::ReplicationStream;

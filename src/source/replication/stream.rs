@@ -18,13 +18,13 @@ use crate::Lsn;
 
 /// Silence allowed before the link is presumed dead, until the caller sets
 /// its own with [`ReplicationStream::set_stream_timeout`].
-const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long `finish` waits for the server to acknowledge the end of the
 /// stream; the server answers at once unless the connection is already gone.
 const FINISH_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub struct ReplicationStream {
+pub(crate) struct ReplicationStream {
     framed: FramedConnection,
     /// Highest position sent in a status update.
     sent: Lsn,
@@ -43,7 +43,7 @@ pub struct ReplicationStream {
 /// packet path (a dead switch, a moved VIP, a NAT timeout) sends no reset,
 /// and the kernel would take many minutes to give up on its own.
 #[derive(Debug, Clone)]
-pub struct Liveness {
+pub(crate) struct Liveness {
     timeout: Duration,
     /// Start of the current silence: the last message, or when the caller
     /// last resumed listening.
@@ -52,7 +52,7 @@ pub struct Liveness {
 }
 
 impl Liveness {
-    pub fn new(timeout: Duration, now: Instant) -> Liveness {
+    pub(crate) fn new(timeout: Duration, now: Instant) -> Liveness {
         Liveness {
             timeout,
             since: now,
@@ -62,14 +62,9 @@ impl Liveness {
 
     /// A message arrived, or the caller was busy elsewhere (not reading):
     /// the silence starts over.
-    pub fn heard(&mut self, now: Instant) {
+    pub(crate) fn heard(&mut self, now: Instant) {
         self.since = now;
         self.probed_at = None;
-    }
-
-    /// The caller did not read from `from` to `now`.
-    pub fn busy(&mut self, from: Instant, now: Instant) {
-        self.since = (self.since + now.saturating_duration_since(from)).min(now);
     }
 
     fn probe_every(&self) -> Duration {
@@ -77,20 +72,20 @@ impl Liveness {
     }
 
     /// When the next reply request is due.
-    pub fn next_probe(&self) -> Instant {
+    pub(crate) fn next_probe(&self) -> Instant {
         self.probed_at.unwrap_or(self.since) + self.probe_every()
     }
 
-    pub fn probe_due(&self, now: Instant) -> bool {
+    pub(crate) fn probe_due(&self, now: Instant) -> bool {
         now >= self.next_probe()
     }
 
-    pub fn probed(&mut self, now: Instant) {
+    pub(crate) fn probed(&mut self, now: Instant) {
         self.probed_at = Some(now);
     }
 
     /// When the link counts as dead if nothing arrives before.
-    pub fn dead_at(&self) -> Instant {
+    pub(crate) fn dead_at(&self) -> Instant {
         self.since + self.timeout
     }
 }
@@ -108,39 +103,33 @@ impl ReplicationStream {
 
     /// Silence allowed before [`dead_at`](Self::dead_at) passes
     /// (`postgres.stream_timeout`).
-    pub fn set_stream_timeout(&mut self, timeout: Duration) {
+    pub(crate) fn set_stream_timeout(&mut self, timeout: Duration) {
         self.liveness = Liveness::new(timeout, Instant::now());
     }
 
     /// The caller did not read for a while (backpressure, a handler waiting
     /// on Kafka): what the server sent meanwhile waits in the socket, so that
     /// time is no silence.
-    pub fn reset_silence(&mut self) {
+    pub(crate) fn reset_silence(&mut self) {
         self.liveness.heard(Instant::now());
     }
 
-    /// The caller was busy from `from` until now and read nothing: that
-    /// stretch does not count as silence.
-    pub fn not_listening_since(&mut self, from: Instant) {
-        self.liveness.busy(from, Instant::now());
-    }
-
     /// When to send a status update asking for a reply (see [`Liveness`]).
-    pub fn next_probe(&self) -> Instant {
+    pub(crate) fn next_probe(&self) -> Instant {
         self.liveness.next_probe()
     }
 
-    pub fn probe_due(&self) -> bool {
+    pub(crate) fn probe_due(&self) -> bool {
         self.liveness.probe_due(Instant::now())
     }
 
     /// When the stream counts as dead if nothing arrives before.
-    pub fn dead_at(&self) -> Instant {
+    pub(crate) fn dead_at(&self) -> Instant {
         self.liveness.dead_at()
     }
 
     /// The error for a stream silent past [`dead_at`](Self::dead_at).
-    pub fn silent_error(&self) -> ReplicationError {
+    pub(crate) fn silent_error(&self) -> ReplicationError {
         ReplicationError::Silent {
             server: self.framed.server.clone(),
             seconds: self.liveness.timeout.as_secs(),
@@ -148,7 +137,7 @@ impl ReplicationStream {
     }
 
     /// Next message from the server. Cancel-safe.
-    pub async fn recv(&mut self) -> Result<ServerMessage, ReplicationError> {
+    pub(crate) async fn recv(&mut self) -> Result<ServerMessage, ReplicationError> {
         loop {
             let frame = self.framed.read_frame().await?;
             self.liveness.heard(Instant::now());
@@ -192,7 +181,7 @@ impl ReplicationStream {
     /// Sends a standby status update confirming `confirmed` (clamped so the
     /// reported position never decreases). Not cancel-safe: call it from a
     /// handler body, not as a `select!` branch.
-    pub async fn send_status(
+    pub(crate) async fn send_status(
         &mut self,
         confirmed: Lsn,
         reply_requested: bool,
@@ -215,26 +204,26 @@ impl ReplicationStream {
     /// is ahead of what the server was last told and at least `min_gap` has
     /// passed (so a busy relay batches its updates instead of sending one per
     /// transaction).
-    pub fn status_due(&self, confirmed: Lsn, interval: Duration, min_gap: Duration) -> bool {
+    pub(crate) fn status_due(&self, confirmed: Lsn, interval: Duration, min_gap: Duration) -> bool {
         let elapsed = self.last_status_at.elapsed();
         (confirmed > self.sent && elapsed >= min_gap) || elapsed >= interval
     }
 
     /// When the next interval-driven update is due.
-    pub fn next_status_deadline(&self, interval: Duration) -> Instant {
+    pub(crate) fn next_status_deadline(&self, interval: Duration) -> Instant {
         self.last_status_at + interval
     }
 
-    pub fn last_sent(&self) -> Lsn {
+    pub(crate) fn last_sent(&self) -> Lsn {
         self.sent
     }
 
-    pub fn received(&self) -> Lsn {
+    pub(crate) fn received(&self) -> Lsn {
         self.received
     }
 
     /// Sends a final status update, ends the copy and closes the connection.
-    pub async fn finish(mut self, confirmed: Lsn) -> Result<(), ReplicationError> {
+    pub(crate) async fn finish(mut self, confirmed: Lsn) -> Result<(), ReplicationError> {
         self.send_status(confirmed, false).await?;
         frontend::copy_done(&mut self.framed.write_buf);
         self.framed.flush().await?;
@@ -273,10 +262,5 @@ mod tests {
         l.heard(t0 + s(11));
         assert_eq!(l.dead_at(), t0 + s(41));
         assert_eq!(l.next_probe(), t0 + s(21));
-        // Time spent not reading is not silence.
-        l.busy(t0 + s(20), t0 + s(35));
-        assert_eq!(l.dead_at(), t0 + s(56));
-        l.busy(t0 + s(0), t0 + s(60));
-        assert_eq!(l.dead_at(), t0 + s(90));
     }
 }
