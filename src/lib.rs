@@ -9,7 +9,7 @@ pub mod config;
 pub mod lsn;
 pub mod metrics;
 pub mod outbox;
-pub(crate) mod progress;
+pub mod progress;
 pub mod relay;
 pub mod sink;
 pub mod source;
