@@ -15,7 +15,8 @@ use crate::harness::pg::{pg_install, PgCluster, PgOptions};
 use crate::harness::standby::{promote, start_standby, synchronize_standby_slot};
 use crate::ops::check::support::{check, env as check_env, SLOT};
 use crate::relay::support::{
-    aggregates, env as relay_env, payload_texts, verify, wait_for, write, Relay, Sent,
+    aggregates, confirmed_lsn, env as relay_env, lsn_now, payload_texts, verify, wait_for, write,
+    Relay, Sent,
 };
 
 fn slot_flags(pg: &PgCluster, slot: &str) -> String {
@@ -230,9 +231,37 @@ async fn relay_continues_on_the_promoted_standby_losing_nothing() {
             || slot_flags(&standby, slot) == "true/true/false",
         )
     });
+    // What outboxd check sees on the standby: the synchronised copy.
+    let on_standby = e.dir.path().join("standby.toml");
+    let text = std::fs::read_to_string(&e.config).unwrap();
+    std::fs::write(
+        &on_standby,
+        text.replace(
+            &url,
+            &format!(
+                "postgresql://postgres:postgres@{}:{}/app?sslmode=disable",
+                standby.host(),
+                standby.port()
+            ),
+        ),
+    )
+    .unwrap();
+    let out = tokio::task::block_in_place(|| check(&on_standby));
+    let (verdict, detail) = out.line("failover slot");
+    assert_eq!(verdict, "warn", "{out}");
+    assert!(
+        detail.contains("is a failover slot; this server is a standby")
+            && detail.contains("synced = true"),
+        "{out}"
+    );
     // More under way while the primary goes: the relay is mid-stream.
     sent.extend(write_on(&e.pg, slot, 4_000).await);
     tokio::task::block_in_place(|| {
+        println!(
+            "at the stop: WAL at {}, the relay's slot confirmed {}",
+            lsn_now(&e.pg),
+            confirmed_lsn(&e.pg, slot)
+        );
         e.pg.stop();
         promote(&standby);
     });

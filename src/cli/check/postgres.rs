@@ -348,10 +348,14 @@ fn failover_line(facts: &Facts, t: &Target<'_>) -> Line {
     };
     if sync.in_recovery {
         let synced = facts.slot.as_ref().and_then(|s| s.synced) == Some(true);
-        return Line::ok(
+        // A synchronised slot cannot be streamed until this server is
+        // promoted: outboxd run belongs on the primary.
+        return Line::warn(
             "failover slot",
             format!(
-                "{state}; this server is a standby, the slot is {}synchronised from the primary here (synced = {synced})",
+                "{state}; this server is a standby, the slot is {}synchronised from the primary here \
+                 (synced = {synced}); outboxd streams from the primary: list both hosts in postgres.url \
+                 with target_session_attrs=read-write",
                 if synced { "" } else { "not " }
             ),
         );

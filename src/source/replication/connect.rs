@@ -297,6 +297,26 @@ async fn authenticate(
 mod tests {
     use super::*;
 
+    #[test]
+    fn read_write_skips_what_libpq_skips() {
+        let params = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(!read_only(&params(&[
+            ("in_hot_standby", "off"),
+            ("default_transaction_read_only", "off")
+        ])));
+        assert!(read_only(&params(&[("in_hot_standby", "on")])));
+        assert!(read_only(&params(&[(
+            "default_transaction_read_only",
+            "on"
+        )])));
+        assert!(!read_only(&params(&[])));
+    }
+
     #[tokio::test]
     async fn socket_gets_keepalives_and_user_timeout() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
