@@ -22,6 +22,7 @@ pub fn source_settings(cfg: &Config) -> Result<SourceSettings, ConfigError> {
         table_name: cfg.outbox.table_name().to_string(),
         create_slot: cfg.postgres.create_slot,
         create_publication: cfg.postgres.create_publication,
+        failover_slot: cfg.postgres.failover_slot,
         message_prefix: cfg.outbox.message_prefix().map(str::to_string),
         status_interval: cfg.postgres.status_interval,
     })

@@ -43,6 +43,10 @@ pub struct PostgresConfig {
     pub publication: String,
     pub create_slot: bool,
     pub create_publication: bool,
+    /// PostgreSQL 17+: create the slot with FAILOVER (or alter an existing
+    /// one), so a standby with `sync_replication_slots = on` keeps a copy
+    /// that survives its promotion.
+    pub failover_slot: bool,
     #[serde(deserialize_with = "de_duration")]
     pub status_interval: Duration,
     #[serde(deserialize_with = "de_duration")]
@@ -61,6 +65,7 @@ impl Default for PostgresConfig {
             publication: DEFAULT_PUBLICATION.to_owned(),
             create_slot: true,
             create_publication: true,
+            failover_slot: false,
             status_interval: DEFAULT_STATUS_INTERVAL,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             stream_timeout: DEFAULT_STREAM_TIMEOUT,

@@ -28,6 +28,7 @@ pub struct SourceSettings {
     pub table_name: String,
     pub create_slot: bool,
     pub create_publication: bool,
+    pub failover_slot: bool,
     /// `pg_logical_emit_message` prefix treated as events; `None` = off.
     pub message_prefix: Option<String>,
     /// How often standby status updates are sent (checked against the
@@ -45,6 +46,7 @@ impl SourceSettings {
             table_name: &self.table_name,
             create_slot: self.create_slot,
             create_publication: self.create_publication,
+            failover_slot: self.failover_slot,
         }
     }
 }
@@ -151,7 +153,7 @@ impl SourceSession {
             admin::create_publication(&client, &target).await?;
         }
         let slot = match existing_slot {
-            Some(slot) => slot,
+            Some(slot) => admin::ensure_failover(&mut conn, &target, slot).await?,
             None => admin::create_slot(&client, &target).await?,
         };
         drop(client);

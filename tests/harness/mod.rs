@@ -5,4 +5,5 @@ pub mod kafka;
 pub mod outboxd;
 pub mod pg;
 pub mod proxy;
+pub mod standby;
 pub mod watchdog;

@@ -329,6 +329,19 @@ pub struct PgCluster {
 impl PgCluster {
     /// initdb + start. Panics (with the server log) if the cluster cannot be started.
     pub fn start(opts: PgOptions) -> PgCluster {
+        PgCluster::start_from(opts, |c| {
+            c.initdb();
+            if c.opts.ssl {
+                c.make_certs();
+            }
+            c.write_config();
+        })
+    }
+
+    /// Like [`start`](Self::start), with `prepare` filling the data
+    /// directory instead of initdb (e.g. a copy of another cluster's, for a
+    /// standby: see [`super::standby`]).
+    pub fn start_from(opts: PgOptions, prepare: impl FnOnce(&PgCluster)) -> PgCluster {
         let t0 = Instant::now();
         let base = std::env::var_os("OUTBOXD_TEST_TMPDIR")
             .map(PathBuf::from)
@@ -363,11 +376,7 @@ impl PgCluster {
             start_time: Duration::ZERO,
             dir,
         };
-        cluster.initdb();
-        if cluster.opts.ssl {
-            cluster.make_certs();
-        }
-        cluster.write_config();
+        prepare(&cluster);
         cluster.start_on_free_port();
         cluster.watch();
         let v = cluster.psql("postgres", "SHOW server_version_num");
@@ -513,7 +522,7 @@ impl PgCluster {
         chown(d);
     }
 
-    fn pg_ctl(&self, args: &[&str]) -> Output {
+    pub(super) fn pg_ctl(&self, args: &[&str]) -> Output {
         let mut cmd = server_command("pg_ctl", self.dir.path());
         cmd.arg("-D").arg(&self.data).args(args);
         cmd.stdin(Stdio::null())
@@ -868,7 +877,7 @@ impl PgCluster {
             .unwrap_or_default()
     }
 
-    fn check(&self, out: &Output, what: &str) {
+    pub(super) fn check(&self, out: &Output, what: &str) {
         if !out.status.success() {
             panic!(
                 "{what} failed ({}):\n{}{}\n--- log ---\n{}",

@@ -13,7 +13,7 @@ use crate::harness::outboxd::bin;
 use crate::harness::pg::PgOptions;
 use support::{check, env, topic_exists, SLOT};
 
-const EVERY_CHECK: [&str; 14] = [
+const EVERY_CHECK: [&str; 15] = [
     "config",
     "postgres",
     "server version",
@@ -22,6 +22,7 @@ const EVERY_CHECK: [&str; 14] = [
     "wal senders",
     "privileges",
     "slot",
+    "failover slot",
     "publication",
     "outbox columns",
     "kafka",
@@ -63,7 +64,7 @@ fn healthy_setup_passes_and_creates_nothing() {
             assert!(names.contains(&name), "no {name:?} line:\n{out}");
         }
         assert!(
-            out.stdout.contains("summary: 16 ok, 0 warn, 0 FAIL"),
+            out.stdout.contains("summary: 17 ok, 0 warn, 0 FAIL"),
             "{out}"
         );
         assert!(

@@ -4,6 +4,7 @@
 
 mod auth;
 mod exact_rows;
+mod failover;
 mod messages;
 mod names;
 mod preflight;

@@ -13,7 +13,7 @@ use crate::source::session::SourceSettings;
 use super::{Line, Verdict};
 
 /// The checks of this half, in output order.
-const NAMES: [&str; 9] = [
+const NAMES: [&str; 10] = [
     "postgres",
     "server version",
     "wal_level",
@@ -21,6 +21,7 @@ const NAMES: [&str; 9] = [
     "wal senders",
     "privileges",
     "slot",
+    "failover slot",
     "publication",
     "outbox columns",
 ];
@@ -36,6 +37,7 @@ pub(super) struct Facts {
     pub publication: Option<PublicationFacts>,
     pub slot: Option<SlotInfo>,
     pub lag_bytes: Option<i64>,
+    pub sync: Option<admin::SyncFacts>,
 }
 
 async fn gather(client: &tokio_postgres::Client, t: &Target<'_>) -> Result<Facts, AdminError> {
@@ -44,12 +46,18 @@ async fn gather(client: &tokio_postgres::Client, t: &Target<'_>) -> Result<Facts
     let publication = admin::publication_facts(client, t, server.version_num).await?;
     let slot = admin::slot_info(client, t.slot).await?;
     let lag_bytes = admin::slot_lag_bytes(client, t.slot).await?;
+    let sync = if server.version_num >= admin::FAILOVER_SLOT_VERSION_NUM {
+        Some(admin::sync_facts(client).await?)
+    } else {
+        None
+    };
     Ok(Facts {
         server,
         table,
         publication,
         slot,
         lag_bytes,
+        sync,
     })
 }
 
@@ -113,6 +121,7 @@ pub async fn check(cfg: &Config, s: &SourceSettings) -> Vec<Line> {
         },
         privileges_line(&facts, &t),
         slot_line(&facts, &t),
+        failover_line(&facts, &t),
         publication_line(&facts, &t),
         super::columns::columns_line(cfg, &facts, &t),
     ]
@@ -282,6 +291,92 @@ fn slot_line(facts: &Facts, t: &Target<'_>) -> Line {
         return Line::warn("slot", format!("{issue} ({state})"));
     }
     Line::ok("slot", state)
+}
+
+/// Whether the slot survives a failover to a standby (PostgreSQL 17 failover
+/// slots), and what this server shows of its synchronisation.
+fn failover_line(facts: &Facts, t: &Target<'_>) -> Line {
+    let f = &facts.server;
+    let Some(sync) = &facts.sync else {
+        if t.failover_slot {
+            return Line::fail(
+                "failover slot",
+                AdminError::FailoverUnsupported {
+                    version: f.version.clone(),
+                },
+            );
+        }
+        return Line::ok(
+            "failover slot",
+            format!(
+                "no (PostgreSQL {} has no failover slots): a failover to a standby loses the slot",
+                f.version
+            ),
+        );
+    };
+    let is_failover = facts.slot.as_ref().and_then(|s| s.failover) == Some(true);
+    let state = match &facts.slot {
+        None if t.failover_slot => format!("{:?} will be created as a failover slot", t.slot),
+        None => format!(
+            "{:?} will be created without failover (postgres.failover_slot = false)",
+            t.slot
+        ),
+        Some(_) if is_failover => format!("{:?} is a failover slot", t.slot),
+        Some(_) => format!("{:?} is not a failover slot", t.slot),
+    };
+    if !t.failover_slot {
+        return Line::ok("failover slot", format!("{state}; a failover to a standby loses it (set postgres.failover_slot = true to keep it)"));
+    }
+    if facts.slot.is_some() && !is_failover {
+        // ALTER_REPLICATION_SLOT needs the REPLICATION attribute, as
+        // streaming does.
+        if !f.superuser && !f.replication {
+            return Line::fail(
+                "failover slot",
+                format!(
+                    "{state}, and role {:?} cannot alter it (no REPLICATION attribute): run \
+                     ALTER_REPLICATION_SLOT {} ( FAILOVER true ) as its owner, or set postgres.failover_slot = false",
+                    f.user, t.slot
+                ),
+            );
+        }
+    }
+    let state = if facts.slot.is_some() && !is_failover {
+        format!("{state}; outboxd makes it one at start (ALTER_REPLICATION_SLOT)")
+    } else {
+        state
+    };
+    if sync.in_recovery {
+        let synced = facts.slot.as_ref().and_then(|s| s.synced) == Some(true);
+        // A synchronised slot cannot be streamed until this server is
+        // promoted: outboxd run belongs on the primary.
+        return Line::warn(
+            "failover slot",
+            format!(
+                "{state}; this server is a standby, the slot is {}synchronised from the primary here \
+                 (synced = {synced}); outboxd streams from the primary: list both hosts in postgres.url \
+                 with target_session_attrs=read-write",
+                if synced { "" } else { "not " }
+            ),
+        );
+    }
+    if sync.standby_slots.is_empty() {
+        return Line::warn(
+            "failover slot",
+            format!(
+                "{state}; synchronized_standby_slots is empty on this primary: the relay may be sent \
+                 changes a standby has not received, and after promoting it the slot would be ahead \
+                 of the new primary; list the standby's physical slot in synchronized_standby_slots"
+            ),
+        );
+    }
+    Line::ok(
+        "failover slot",
+        format!(
+            "{state}; synchronized_standby_slots = {:?}: the relay is only sent what those standbys have",
+            sync.standby_slots
+        ),
+    )
 }
 
 fn publication_line(facts: &Facts, t: &Target<'_>) -> Line {

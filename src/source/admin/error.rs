@@ -17,6 +17,10 @@ pub enum AdminError {
     },
     #[error("connecting to PostgreSQL at {server} timed out after {seconds}s (postgres.connect_timeout)")]
     ConnectTimeout { server: String, seconds: u64 },
+    /// Every host answered read-only while postgres.url asks for
+    /// `target_session_attrs=read-write`: a failover in progress, typically.
+    #[error("no host of {server} accepts writes (target_session_attrs=read-write in postgres.url): waiting for a primary")]
+    NoPrimary { server: String },
     /// The table watch could not look at the table: the session ends (its
     /// confirmation is frozen meanwhile, and a server shutting down waits
     /// for our confirmation before it stops), and the next one starts when
@@ -103,6 +107,20 @@ pub enum AdminError {
          {} SET (publish_via_partition_root = true)", super::quote_ident(.publication)
     )]
     PublicationNotViaRoot { publication: String, table: String },
+    #[error(
+        "postgres.failover_slot = true needs PostgreSQL 17 or newer (failover slots), the server runs {version}: \
+         set failover_slot = false, or upgrade the server"
+    )]
+    FailoverUnsupported { version: String },
+    #[error(
+        "postgres.failover_slot = true, but replication slot {slot:?} is not a failover slot and could not be \
+         altered ({error}): run ALTER_REPLICATION_SLOT {slot} ( FAILOVER true ) on a replication connection \
+         as its owner, or set failover_slot = false"
+    )]
+    FailoverAlter {
+        slot: String,
+        error: Box<crate::source::replication::ReplicationError>,
+    },
     #[error("PostgreSQL returned {text:?} where a WAL position was expected")]
     BadLsn { text: String },
 }
@@ -113,7 +131,9 @@ impl AdminError {
     /// the slot. Anything else needs a person.
     pub fn is_retryable(&self) -> bool {
         match self {
-            AdminError::Connect { .. } | AdminError::SlotActive { .. } => true,
+            AdminError::Connect { .. }
+            | AdminError::NoPrimary { .. }
+            | AdminError::SlotActive { .. } => true,
             AdminError::Sql { source, .. } => {
                 source.is_closed()
                     || source.code().is_some_and(|c| {
@@ -134,6 +154,7 @@ impl AdminError {
                 pg_error_disposition(error)
             }
             AdminError::ConnectTimeout { .. }
+            | AdminError::NoPrimary { .. }
             | AdminError::SlotActive { .. }
             | AdminError::WatchLost { .. } => Disposition::Transient,
             // Everything else names a setting or a server change to make.

@@ -57,6 +57,31 @@ pub async fn server_facts(client: &Client) -> Result<ServerFacts, AdminError> {
     })
 }
 
+/// What a PostgreSQL 17+ server shows of failover-slot synchronisation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncFacts {
+    /// A standby: its failover slots are copies kept by slot sync.
+    pub in_recovery: bool,
+    /// The primary's `synchronized_standby_slots`: the physical slots whose
+    /// standbys must have WAL before a failover slot's consumer is sent it.
+    pub standby_slots: String,
+}
+
+/// Only on PostgreSQL 17+ (the setting is unknown before).
+pub async fn sync_facts(client: &Client) -> Result<SyncFacts, AdminError> {
+    let r = client
+        .query_one(
+            "SELECT pg_is_in_recovery(), current_setting('synchronized_standby_slots')",
+            &[],
+        )
+        .await
+        .map_err(sql_err("reading synchronized_standby_slots"))?;
+    Ok(SyncFacts {
+        in_recovery: r.get(0),
+        standby_slots: r.get(1),
+    })
+}
+
 /// One column of the outbox table. `base_type` and `category` are those of
 /// the domain's base type for a domain column, so `CREATE DOMAIN ... AS
 /// jsonb` counts as jsonb.

@@ -13,12 +13,13 @@ use tokio_postgres::Client;
 
 pub use error::AdminError;
 pub use inspect::{
-    publication_facts, qualified, server_facts, slot_lag_bytes, table_facts, type_fit, ColumnFacts,
-    Issue, PublicationFacts, ServerFacts, TableFacts, TypeFit,
+    publication_facts, qualified, server_facts, slot_lag_bytes, sync_facts, table_facts, type_fit,
+    ColumnFacts, Issue, PublicationFacts, ServerFacts, SyncFacts, TableFacts, TypeFit,
 };
 pub use sql::connect_sql;
 pub use watch::{judge, observe, Observation, TableChange, TableIdentity};
 
+use crate::source::replication::WalConnection;
 use crate::Lsn;
 
 /// What outboxd needs to know about its database objects.
@@ -30,6 +31,8 @@ pub struct Target<'a> {
     pub table_name: &'a str,
     pub create_slot: bool,
     pub create_publication: bool,
+    /// `postgres.failover_slot`: the slot must be a PostgreSQL 17 failover slot.
+    pub failover_slot: bool,
 }
 
 impl Target<'_> {
@@ -44,6 +47,8 @@ impl Target<'_> {
 
 /// Oldest server whose pgoutput and slot views outboxd relies on.
 pub const MIN_SERVER_VERSION_NUM: i32 = 140000;
+/// First server with failover slots (`pg_replication_slots.failover`).
+pub const FAILOVER_SLOT_VERSION_NUM: i32 = 170000;
 
 fn sql_err(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> AdminError {
     move |source| AdminError::Sql { context, source }
@@ -225,14 +230,21 @@ pub struct SlotInfo {
     pub wal_status: Option<String>,
     pub confirmed_flush_lsn: Option<Lsn>,
     pub restart_lsn: Option<Lsn>,
+    /// `failover` (PostgreSQL 17+; `None` before).
+    pub failover: Option<bool>,
+    /// `synced`: a copy kept by a standby's slot sync (PostgreSQL 17+).
+    pub synced: Option<bool>,
 }
 
 pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, AdminError> {
     let row = client
         .query_opt(
+            // Through to_jsonb: `failover` and `synced` exist from 17 on,
+            // and are NULL here before.
             "SELECT plugin::text, slot_type, database::text, active_pid, wal_status, \
-                    confirmed_flush_lsn::text, restart_lsn::text \
-             FROM pg_replication_slots WHERE slot_name = $1",
+                    confirmed_flush_lsn::text, restart_lsn::text, \
+                    (to_jsonb(s) ->> 'failover')::bool, (to_jsonb(s) ->> 'synced')::bool \
+             FROM pg_replication_slots s WHERE slot_name = $1",
             &[&slot],
         )
         .await
@@ -245,6 +257,8 @@ pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, 
         wal_status: r.get(4),
         confirmed_flush_lsn: r.get::<_, Option<String>>(5).and_then(|s| s.parse().ok()),
         restart_lsn: r.get::<_, Option<String>>(6).and_then(|s| s.parse().ok()),
+        failover: r.get(7),
+        synced: r.get(8),
     }))
 }
 
@@ -255,6 +269,16 @@ pub async fn check_slot_ready(
     t: &Target<'_>,
 ) -> Result<Option<SlotInfo>, AdminError> {
     let database = current_database(client).await?;
+    if t.failover_slot {
+        let row = client
+            .query_one(
+                "SELECT current_setting('server_version_num')::int, current_setting('server_version')",
+                &[],
+            )
+            .await
+            .map_err(sql_err("reading the server version"))?;
+        check_failover_supported(row.get(0), row.get(1))?;
+    }
     if let Some(info) = slot_info(client, t.slot).await? {
         check_slot(t.slot, &database, &info)?;
         return Ok(Some(info));
@@ -284,13 +308,24 @@ pub async fn check_slot_ready(
 /// Creates the slot (pgoutput) and verifies what was created.
 pub async fn create_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, AdminError> {
     let database = current_database(client).await?;
-    match client
-        .query_one(
-            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
-            &[&t.slot],
-        )
-        .await
-    {
+    // The fifth argument (failover) exists from PostgreSQL 17 on;
+    // check_slot_ready refused failover_slot on older servers already.
+    let created = if t.failover_slot {
+        client
+            .query_one(
+                "SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)",
+                &[&t.slot],
+            )
+            .await
+    } else {
+        client
+            .query_one(
+                "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&t.slot],
+            )
+            .await
+    };
+    match created {
         Ok(_) => tracing::info!(slot = t.slot, "created replication slot"),
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
         Err(e)
@@ -315,6 +350,45 @@ pub async fn create_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, Ad
         })?;
     check_slot(t.slot, &database, &info)?;
     Ok(info)
+}
+
+/// `postgres.failover_slot` needs PostgreSQL 17; pure so it is unit-tested.
+pub fn check_failover_supported(version_num: i32, version: String) -> Result<(), AdminError> {
+    if version_num < FAILOVER_SLOT_VERSION_NUM {
+        return Err(AdminError::FailoverUnsupported { version });
+    }
+    Ok(())
+}
+
+/// With `postgres.failover_slot`, makes an existing slot a failover slot.
+/// `ALTER_REPLICATION_SLOT` is a replication command (PostgreSQL 17 has no
+/// SQL function for it), so it runs on the walsender connection, before
+/// START_REPLICATION.
+pub async fn ensure_failover(
+    conn: &mut WalConnection,
+    t: &Target<'_>,
+    mut info: SlotInfo,
+) -> Result<SlotInfo, AdminError> {
+    if !t.failover_slot || info.failover == Some(true) {
+        return Ok(info);
+    }
+    conn.simple_query(&alter_failover_command(t.slot))
+        .await
+        .map_err(|error| AdminError::FailoverAlter {
+            slot: t.slot.into(),
+            error: Box::new(error),
+        })?;
+    tracing::info!(slot = t.slot, "made the replication slot a failover slot");
+    info.failover = Some(true);
+    Ok(info)
+}
+
+/// Slot names are validated (`[a-z0-9_]`) before they get here.
+pub fn alter_failover_command(slot: &str) -> String {
+    format!(
+        "ALTER_REPLICATION_SLOT {} ( FAILOVER true )",
+        quote_ident(slot)
+    )
 }
 
 async fn current_database(client: &Client) -> Result<String, AdminError> {
@@ -393,7 +467,23 @@ mod tests {
             wal_status: Some("reserved".into()),
             confirmed_flush_lsn: Some(Lsn(1)),
             restart_lsn: Some(Lsn(1)),
+            failover: None,
+            synced: None,
         }
+    }
+
+    #[test]
+    fn failover_slots_need_postgresql_17() {
+        check_failover_supported(170002, "17.2".into()).unwrap();
+        let err = check_failover_supported(160004, "16.4".into())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("postgres.failover_slot"), "{err}");
+        assert!(err.contains("16.4"), "{err}");
+        assert_eq!(
+            alter_failover_command("outboxd"),
+            "ALTER_REPLICATION_SLOT \"outboxd\" ( FAILOVER true )"
+        );
     }
 
     #[test]

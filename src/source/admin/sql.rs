@@ -5,14 +5,65 @@ use tokio_postgres::config::SslMode as PgSslMode;
 use tokio_postgres::{Client, NoTls};
 
 use super::AdminError;
+use crate::source::replication::conn_params::TargetSessionAttrs;
 use crate::source::replication::tls;
 use crate::source::replication::{ConnParams, SslMode};
 
 /// Connects and spawns the connection task; the task ends when the client is
-/// dropped. `connect_timeout` bounds the whole startup, not only the TCP
-/// connect as in tokio-postgres: a server (or a link) that accepts and then
-/// says nothing must not hang the caller.
+/// dropped. `connect_timeout` bounds the whole startup of each host, not
+/// only the TCP connect as in tokio-postgres: a server (or a link) that
+/// accepts and then says nothing must not hang the caller.
+///
+/// The URL's hosts are tried in order, and with
+/// `target_session_attrs=read-write` a server in recovery is skipped: the
+/// same choice [`crate::source::replication::connect`] makes, so both
+/// connections land on the primary.
 pub async fn connect_sql(params: &ConnParams) -> Result<Client, AdminError> {
+    let mut last = None;
+    for candidate in params.candidates() {
+        match connect_one(&candidate).await {
+            Ok(client) if params.target_session_attrs == TargetSessionAttrs::ReadWrite => {
+                match read_only(&client).await {
+                    Ok(false) => return Ok(client),
+                    Ok(true) => {
+                        tracing::debug!(server = %candidate.describe(), "skipping a read-only server (target_session_attrs=read-write)");
+                        last = Some(AdminError::NoPrimary {
+                            server: params.describe(),
+                        });
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            Ok(client) => return Ok(client),
+            Err(e) if params.other_hosts.is_empty() => return Err(e),
+            Err(e) => {
+                tracing::debug!(server = %candidate.describe(), error = %e, "trying the next host");
+                // A read-only answer says more than a later host's refusal.
+                if !matches!(last, Some(AdminError::NoPrimary { .. })) {
+                    last = Some(e);
+                }
+            }
+        }
+    }
+    Err(last.expect("a URL has at least one host"))
+}
+
+/// libpq's test for `read-write`.
+async fn read_only(client: &Client) -> Result<bool, AdminError> {
+    let row = client
+        .query_one(
+            "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
+            &[],
+        )
+        .await
+        .map_err(|source| AdminError::Sql {
+            context: "asking whether the server accepts writes",
+            source,
+        })?;
+    Ok(row.get(0))
+}
+
+async fn connect_one(params: &ConnParams) -> Result<Client, AdminError> {
     match params.connect_timeout {
         Some(t) => tokio::time::timeout(t, connect_sql_inner(params))
             .await

@@ -77,10 +77,39 @@ impl Default for Keepalive {
 /// retransmissions Linux would otherwise try.
 pub const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// libpq's `target_session_attrs`, minus the variants a CDC source has no use
+/// for: the slot lives on the primary, so only "any" and "read-write" matter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TargetSessionAttrs {
+    /// The first host that answers.
+    #[default]
+    Any,
+    /// The first host that accepts writes: a standby (in recovery) is
+    /// skipped, so after a failover the promoted one is found.
+    ReadWrite,
+}
+
+impl TargetSessionAttrs {
+    fn parse(s: &str) -> Result<Self, ConnParamsError> {
+        match s {
+            "any" => Ok(TargetSessionAttrs::Any),
+            "read-write" | "primary" => Ok(TargetSessionAttrs::ReadWrite),
+            other => Err(ConnParamsError::Invalid(format!(
+                "target_session_attrs={other:?} is not supported; use any or read-write"
+            ))),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnParams {
+    /// The first host of the URL; the one connected to when it is the only one.
     pub host: String,
     pub port: u16,
+    /// The URL's further hosts (libpq's `host1:5432,host2:5433`), tried in
+    /// order after `host`; see [`ConnParams::candidates`].
+    pub other_hosts: Vec<(String, u16)>,
+    pub target_session_attrs: TargetSessionAttrs,
     pub user: String,
     pub password: Option<String>,
     pub dbname: String,
@@ -101,8 +130,12 @@ pub enum ConnParamsError {
 
 impl ConnParams {
     /// Parses `postgresql://user:password@host:port/dbname?sslmode=...`.
+    /// Several hosts (`postgresql://u@a:5432,b:5433/db`) are libpq's
+    /// multi-host form, which `url::Url` rejects: the authority is split
+    /// here and only the first host is left for it to parse.
     pub fn from_url(text: &str) -> Result<Self, ConnParamsError> {
-        let url = url::Url::parse(text).map_err(|e| ConnParamsError::Invalid(e.to_string()))?;
+        let (text, mut hosts) = split_hosts(text)?;
+        let url = url::Url::parse(&text).map_err(|e| ConnParamsError::Invalid(e.to_string()))?;
         if url.scheme() != "postgresql" && url.scheme() != "postgres" {
             return Err(ConnParamsError::Invalid(format!(
                 "scheme {:?}: expected postgresql://",
@@ -123,9 +156,12 @@ impl ConnParams {
             "" => user.clone(),
             p => decode(p),
         };
+        let port = url.port().unwrap_or(5432);
         let mut params = ConnParams {
             host,
-            port: url.port().unwrap_or(5432),
+            port,
+            other_hosts: Vec::new(),
+            target_session_attrs: TargetSessionAttrs::default(),
             password: url.password().map(decode),
             user,
             dbname,
@@ -141,6 +177,7 @@ impl ConnParams {
                 ConnParamsError::Invalid(format!("{key}={value:?} is not a whole number of {unit}"))
             })
         };
+        let mut query_ports: Vec<Option<u16>> = Vec::new();
         for (key, value) in url.query_pairs() {
             match key.as_ref() {
                 "sslmode" => params.sslmode = SslMode::parse(&value)?,
@@ -175,27 +212,152 @@ impl ConnParams {
                 "user" => params.user = value.into_owned(),
                 "password" => params.password = Some(value.into_owned()),
                 "dbname" => params.dbname = value.into_owned(),
-                "host" => params.host = value.into_owned(),
+                "host" => {
+                    hosts = value
+                        .split(',')
+                        .map(|h| (h.to_string(), None))
+                        .collect()
+                }
                 "port" => {
-                    params.port = value
-                        .parse()
-                        .map_err(|_| ConnParamsError::Invalid(format!("port={value:?} is not a port number")))?
+                    query_ports = value
+                        .split(',')
+                        .map(|p| {
+                            (!p.is_empty())
+                                .then(|| p.parse())
+                                .transpose()
+                                .map_err(|_| ConnParamsError::Invalid(format!("port={value:?} is not a port number")))
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                "target_session_attrs" => {
+                    params.target_session_attrs = TargetSessionAttrs::parse(&value)?
                 }
                 other => {
                     return Err(ConnParamsError::Invalid(format!(
                         "unsupported URL parameter {other:?} (supported: sslmode, sslrootcert, connect_timeout, application_name, \
                          keepalives, keepalives_idle, keepalives_interval, keepalives_count, tcp_user_timeout, \
-                         user, password, dbname, host, port)"
+                         user, password, dbname, host, port, target_session_attrs)"
                     )))
                 }
             }
         }
+        if !hosts.is_empty() || !query_ports.is_empty() {
+            params.set_hosts(hosts, &query_ports)?;
+        }
         Ok(params)
+    }
+
+    /// Applies the multi-host list: `hosts` from the authority (with their
+    /// ports) or `?host=`, and `?port=` either one for all or one per host.
+    fn set_hosts(
+        &mut self,
+        mut hosts: Vec<HostPort>,
+        ports: &[Option<u16>],
+    ) -> Result<(), ConnParamsError> {
+        if hosts.is_empty() {
+            hosts.push((self.host.clone(), None));
+        }
+        if ports.len() > 1 && ports.len() != hosts.len() {
+            return Err(ConnParamsError::Invalid(format!(
+                "{} hosts but {} ports: give one port for all hosts or one per host",
+                hosts.len(),
+                ports.len()
+            )));
+        }
+        let default_port = self.port;
+        let mut all = hosts.into_iter().enumerate().map(|(i, (host, own))| {
+            let given = if ports.len() == 1 {
+                ports[0]
+            } else {
+                ports.get(i).copied().flatten()
+            };
+            let host = if host.is_empty() {
+                "127.0.0.1".to_string()
+            } else {
+                host
+            };
+            (host, own.or(given).unwrap_or(default_port))
+        });
+        let (host, port) = all.next().expect("at least one host");
+        self.host = host;
+        self.port = port;
+        self.other_hosts = all.collect();
+        Ok(())
+    }
+
+    /// One single-host `ConnParams` per host, in the order to try them.
+    /// A single-host URL gives itself.
+    pub fn candidates(&self) -> Vec<ConnParams> {
+        let first = ConnParams {
+            other_hosts: Vec::new(),
+            ..self.clone()
+        };
+        std::iter::once(first.clone())
+            .chain(self.other_hosts.iter().map(|(host, port)| ConnParams {
+                host: host.clone(),
+                port: *port,
+                ..first.clone()
+            }))
+            .collect()
     }
 
     /// `user@host:port/db` for error messages: never includes the password.
     pub fn describe(&self) -> String {
-        format!("{}@{}:{}/{}", self.user, self.host, self.port, self.dbname)
+        let mut hosts = format!("{}:{}", self.host, self.port);
+        for (host, port) in &self.other_hosts {
+            hosts.push_str(&format!(",{host}:{port}"));
+        }
+        format!("{}@{hosts}/{}", self.user, self.dbname)
+    }
+}
+
+/// A host of a multi-host URL, with the port written next to it if any.
+type HostPort = (String, Option<u16>);
+
+/// Splits a multi-host authority off the URL: the URL with only its first
+/// host left, and every host with the port written next to it. A URL with
+/// one host comes back unchanged, with no hosts.
+fn split_hosts(text: &str) -> Result<(String, Vec<HostPort>), ConnParamsError> {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return Ok((text.to_string(), Vec::new()));
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (userinfo, hostlist) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    if !hostlist.contains(',') {
+        return Ok((text.to_string(), Vec::new()));
+    }
+    let hosts = hostlist
+        .split(',')
+        .map(split_host_port)
+        .collect::<Result<Vec<_>, _>>()?;
+    let first = hostlist.split(',').next().unwrap_or_default();
+    let userinfo = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+    Ok((format!("{scheme}://{userinfo}{first}{tail}"), hosts))
+}
+
+/// `host`, `host:port`, `[::1]:port`.
+fn split_host_port(item: &str) -> Result<HostPort, ConnParamsError> {
+    let bad_port = |p: &str| {
+        ConnParamsError::Invalid(format!("port {p:?} of host {item:?} is not a port number"))
+    };
+    if let Some(inner) = item.strip_prefix('[') {
+        let (host, after) = inner.split_once(']').ok_or_else(|| {
+            ConnParamsError::Invalid(format!("host {item:?} lacks its closing ]"))
+        })?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p.parse().map_err(|_| bad_port(p))?),
+            None => None,
+        };
+        return Ok((host.to_string(), port));
+    }
+    let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+    match item.rsplit_once(':') {
+        Some((host, p)) => Ok((decode(host), Some(p.parse().map_err(|_| bad_port(p))?))),
+        None => Ok((decode(item), None)),
     }
 }
 
@@ -253,6 +415,69 @@ mod tests {
         assert_eq!(off.tcp_user_timeout, None);
         let err = ConnParams::from_url("postgresql://u@h/db?keepalives_idle=soon").unwrap_err();
         assert!(err.to_string().contains("keepalives_idle"), "{err}");
+    }
+
+    #[test]
+    fn multi_host_url_like_libpq() {
+        let p = ConnParams::from_url(
+            "postgresql://u:pw@db-a:5432,db-b:5433,[::1]/app?target_session_attrs=read-write",
+        )
+        .unwrap();
+        assert_eq!((p.host.as_str(), p.port), ("db-a", 5432));
+        assert_eq!(
+            p.other_hosts,
+            vec![("db-b".to_string(), 5433), ("::1".to_string(), 5432)]
+        );
+        assert_eq!(p.target_session_attrs, TargetSessionAttrs::ReadWrite);
+        assert_eq!((p.user.as_str(), p.password.as_deref()), ("u", Some("pw")));
+        assert_eq!(p.dbname, "app");
+        assert_eq!(p.describe(), "u@db-a:5432,db-b:5433,::1:5432/app");
+        let tried: Vec<_> = p
+            .candidates()
+            .into_iter()
+            .map(|c| (c.host.clone(), c.port, c.other_hosts.len(), c.dbname))
+            .collect();
+        assert_eq!(
+            tried,
+            vec![
+                ("db-a".into(), 5432, 0, "app".into()),
+                ("db-b".into(), 5433, 0, "app".into()),
+                ("::1".into(), 5432, 0, "app".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn hosts_and_ports_as_query_parameters() {
+        let p = ConnParams::from_url("postgresql:///app?user=u&host=a,b&port=6001,6002").unwrap();
+        assert_eq!((p.host.as_str(), p.port), ("a", 6001));
+        assert_eq!(p.other_hosts, vec![("b".to_string(), 6002)]);
+        let one_port = ConnParams::from_url("postgresql:///app?user=u&host=a,b&port=7000").unwrap();
+        assert_eq!(one_port.port, 7000);
+        assert_eq!(one_port.other_hosts, vec![("b".to_string(), 7000)]);
+        let err = ConnParams::from_url("postgresql:///app?host=a,b,c&port=1,2").unwrap_err();
+        assert!(err.to_string().contains("3 hosts but 2 ports"), "{err}");
+        let err = ConnParams::from_url("postgresql://u@a:1,b:x/app").unwrap_err();
+        assert!(err.to_string().contains("\"x\""), "{err}");
+        let err = ConnParams::from_url("postgresql://u@a,b/app?target_session_attrs=standby")
+            .unwrap_err();
+        assert!(err.to_string().contains("target_session_attrs"), "{err}");
+    }
+
+    #[test]
+    fn single_host_urls_are_one_candidate_as_before() {
+        for url in [
+            "postgresql://u@h:6543/db",
+            "postgresql:///db?user=u&host=h&port=6543",
+            "postgresql://u@h/db?port=6543",
+        ] {
+            let p = ConnParams::from_url(url).unwrap();
+            assert_eq!((p.host.as_str(), p.port), ("h", 6543), "{url}");
+            assert!(p.other_hosts.is_empty(), "{url}");
+            assert_eq!(p.target_session_attrs, TargetSessionAttrs::Any);
+            assert_eq!(p.candidates(), vec![p.clone()]);
+            assert_eq!(p.describe(), "u@h:6543/db");
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_postgres::error::SqlState;
 
-use super::conn_params::{ConnParams, SslMode};
+use super::conn_params::{ConnParams, SslMode, TargetSessionAttrs};
 use super::error::{ReplicationError, ServerError};
 use super::framed::{Frame, FramedConnection, Socket};
 use super::tls;
@@ -31,9 +31,45 @@ pub struct WalConnection {
     pub server_params: HashMap<String, String>,
 }
 
-/// Connects and authenticates. `password` overrides the URL's password
-/// (the config may take it from an environment variable or a file).
+/// Connects and authenticates, to the first of the URL's hosts that answers
+/// (and accepts writes, with `target_session_attrs=read-write`): after a
+/// failover the promoted standby is found, as libpq would.
 pub async fn connect(params: &ConnParams) -> Result<WalConnection, ReplicationError> {
+    let mut last = None;
+    for candidate in params.candidates() {
+        match connect_one(&candidate).await {
+            Ok(conn)
+                if params.target_session_attrs == TargetSessionAttrs::ReadWrite
+                    && read_only(&conn.server_params) =>
+            {
+                tracing::debug!(server = %candidate.describe(), "skipping a read-only server (target_session_attrs=read-write)");
+                conn.close().await;
+                last = Some(ReplicationError::NoPrimary {
+                    server: params.describe(),
+                });
+            }
+            Ok(conn) => return Ok(conn),
+            Err(e) if params.other_hosts.is_empty() => return Err(e),
+            Err(e) => {
+                tracing::debug!(server = %candidate.describe(), error = %e, "trying the next host");
+                // A read-only answer says more than a later host's refusal.
+                if !matches!(last, Some(ReplicationError::NoPrimary { .. })) {
+                    last = Some(e);
+                }
+            }
+        }
+    }
+    Err(last.expect("a URL has at least one host"))
+}
+
+/// What libpq looks at for `read-write` on PostgreSQL 14+: both are
+/// reported at startup, so no query is needed.
+fn read_only(server_params: &HashMap<String, String>) -> bool {
+    let on = |name: &str| server_params.get(name).is_some_and(|v| v == "on");
+    on("in_hot_standby") || on("default_transaction_read_only")
+}
+
+async fn connect_one(params: &ConnParams) -> Result<WalConnection, ReplicationError> {
     let server = params.describe();
     let fut = connect_inner(params, server.clone());
     match params.connect_timeout {
@@ -260,6 +296,26 @@ async fn authenticate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_write_skips_what_libpq_skips() {
+        let params = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(!read_only(&params(&[
+            ("in_hot_standby", "off"),
+            ("default_transaction_read_only", "off")
+        ])));
+        assert!(read_only(&params(&[("in_hot_standby", "on")])));
+        assert!(read_only(&params(&[(
+            "default_transaction_read_only",
+            "on"
+        )])));
+        assert!(!read_only(&params(&[])));
+    }
 
     #[tokio::test]
     async fn socket_gets_keepalives_and_user_timeout() {

@@ -171,6 +171,10 @@ pub enum ReplicationError {
          (postgres.stream_timeout): the link is presumed dead"
     )]
     Silent { server: String, seconds: u64 },
+    /// Every host answered read-only while postgres.url asks for
+    /// `target_session_attrs=read-write`: a failover in progress, typically.
+    #[error("no host of {server} accepts writes (target_session_attrs=read-write): waiting for a primary")]
+    NoPrimary { server: String },
 }
 
 impl ReplicationError {
@@ -185,7 +189,8 @@ impl ReplicationError {
             ReplicationError::Io { .. }
             | ReplicationError::ConnectTimeout { .. }
             | ReplicationError::Closed { .. }
-            | ReplicationError::Silent { .. } => Disposition::Transient,
+            | ReplicationError::Silent { .. }
+            | ReplicationError::NoPrimary { .. } => Disposition::Transient,
             ReplicationError::TlsConfig(_)
             | ReplicationError::Tls { .. }
             | ReplicationError::Auth { .. } => Disposition::Permanent,
