@@ -511,3 +511,46 @@ fn progress_bar_only_on_a_terminal() {
         piped.stdout
     );
 }
+
+/// One transaction's rows share `now()`: they must go out in the order they
+/// were inserted, not by id (a random uuid). Ids here descend while the
+/// rows' sequence numbers ascend, so ordering by id reverses them.
+#[test]
+fn rows_of_one_transaction_go_out_in_insertion_order() {
+    let broker = shared();
+    let e = env(
+        broker.bootstrap(),
+        "bforder",
+        "[routing]\ntopic = \"bforder.${aggregate_type}\"\n",
+    );
+    e.pg.psql(
+        "app",
+        "BEGIN; \
+         INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload) \
+         SELECT ('00000000-0000-0000-0000-' || lpad((100 - i)::text, 12, '0'))::uuid, \
+                'order', 'o-1', 'step', jsonb_build_object('seq', i) \
+         FROM generate_series(1, 20) AS i; \
+         COMMIT;",
+    );
+    let run = backfill(
+        &e.config,
+        &["--since=2000-01-01T00:00:00Z", "--batch-size", "6"],
+    );
+    assert_eq!(
+        run.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout,
+        run.stderr
+    );
+    let got = read_all(broker, &["bforder.order"], 20);
+    let seqs: Vec<u64> = got
+        .iter()
+        .map(|r| {
+            serde_json::from_str::<serde_json::Value>(r.value_str().unwrap()).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(seqs, (1..=20).collect::<Vec<u64>>());
+}

@@ -6,10 +6,16 @@
 //! function gives `t`, and `inet::text` adds the netmask. The simple
 //! protocol takes no parameters, hence the literals quoted here.
 //!
-//! Pages are read by keyset, `(time, id) > (last time, last id)` in
-//! `ORDER BY time, id`, each page its own statement: no transaction stays
+//! Pages are read by keyset, `(time, ctid) > (last time, last ctid)` in
+//! `ORDER BY time, ctid`, each page its own statement: no transaction stays
 //! open while Kafka acknowledges (it would hold back vacuum), and a big
-//! table is never loaded whole.
+//! table is never loaded whole. Rows with the same time (the rows of one
+//! transaction share `now()`) go by `ctid`, the order they are stored in:
+//! their insertion order in an outbox that is only appended to. The id
+//! would not do: a random uuid puts one transaction's events of an
+//! aggregate out of order. The order is not guaranteed once the heap
+//! reuses space (rows deleted by age and vacuumed, then a transaction's
+//! rows spread over pages) or was rewritten (`VACUUM FULL`, `CLUSTER`).
 
 use crate::source::admin::quote_ident;
 
@@ -62,9 +68,8 @@ pub struct PageQuery {
     /// `"schema"."table"`.
     pub table: String,
     pub columns: Vec<Column>,
-    /// Positions in `columns`.
+    /// Position in `columns`.
     pub time: usize,
-    pub id: usize,
     pub time_kind: TimeKind,
     /// Bounds as PostgreSQL printed them (absolute `timestamptz` text).
     pub since: String,
@@ -99,28 +104,27 @@ impl PageQuery {
         )
     }
 
-    /// The next page after `after` (the last row's time and id text), or
-    /// the first page.
+    /// The next page after `after` (the last row's time and ctid text), or
+    /// the first page. Each row ends with its `ctid`, after the columns.
     pub fn page(&self, after: Option<(&str, &str)>) -> String {
         let select: Vec<String> = self.columns.iter().map(|c| quote_ident(&c.name)).collect();
-        let (time, id) = (&self.columns[self.time], &self.columns[self.id]);
-        let (time_q, id_q) = (quote_ident(&time.name), quote_ident(&id.name));
+        let time = &self.columns[self.time];
+        let time_q = quote_ident(&time.name);
         let mut sql = format!(
-            "SELECT {} FROM {} WHERE {}",
+            "SELECT {}, ctid FROM {} WHERE {}",
             select.join(", "),
             self.table,
             self.window()
         );
-        if let Some((t, i)) = after {
+        if let Some((t, c)) = after {
             sql.push_str(&format!(
-                " AND ({time_q}, {id_q}) > ({}::{}, {}::{})",
+                " AND ({time_q}, ctid) > ({}::{}, {}::tid)",
                 literal(t),
                 time.type_name,
-                literal(i),
-                id.type_name
+                literal(c),
             ));
         }
-        sql.push_str(&format!(" ORDER BY {time_q}, {id_q} LIMIT {}", self.batch));
+        sql.push_str(&format!(" ORDER BY {time_q}, ctid LIMIT {}", self.batch));
         sql
     }
 }
@@ -146,7 +150,6 @@ mod tests {
                 col("created_at", 1184, "timestamp with time zone"),
             ],
             time: 2,
-            id: 0,
             time_kind: kind,
             since: "2026-12-01 10:00:00+00".into(),
             until: until.map(String::from),
@@ -162,26 +165,26 @@ mod tests {
     }
 
     #[test]
-    fn first_page_is_the_window_in_time_then_id_order() {
+    fn first_page_is_the_window_in_time_then_storage_order() {
         let q = query(TimeKind::Timestamp, Some("2026-12-01 11:00:00+00"));
         assert_eq!(
             q.page(None),
-            "SELECT \"id\", \"payload\", \"created_at\" FROM \"public\".\"outbox\" \
+            "SELECT \"id\", \"payload\", \"created_at\", ctid FROM \"public\".\"outbox\" \
              WHERE \"created_at\" >= '2026-12-01 10:00:00+00'::timestamptz \
              AND \"created_at\" < '2026-12-01 11:00:00+00'::timestamptz \
-             ORDER BY \"created_at\", \"id\" LIMIT 500"
+             ORDER BY \"created_at\", ctid LIMIT 500"
         );
     }
 
     #[test]
     fn next_page_starts_after_the_last_row() {
         let q = query(TimeKind::Timestamp, None);
-        let sql = q.page(Some(("2026-12-01 10:00:01.5+00", "0000-1")));
+        let sql = q.page(Some(("2026-12-01 10:00:01.5+00", "(0,7)")));
         assert!(
             sql.ends_with(
                 "WHERE \"created_at\" >= '2026-12-01 10:00:00+00'::timestamptz \
-                 AND (\"created_at\", \"id\") > ('2026-12-01 10:00:01.5+00'::timestamp with time zone, '0000-1'::uuid) \
-                 ORDER BY \"created_at\", \"id\" LIMIT 500"
+                 AND (\"created_at\", ctid) > ('2026-12-01 10:00:01.5+00'::timestamp with time zone, '(0,7)'::tid) \
+                 ORDER BY \"created_at\", ctid LIMIT 500"
             ),
             "{sql}"
         );

@@ -60,7 +60,8 @@ impl RowReader {
                 column: time_name.to_owned(),
                 type_name: columns[time].type_name.clone(),
             })?;
-        let id = find(id_column).ok_or_else(|| BackfillError::NoIdColumn {
+        // The mapper needs it: say so before reading anything.
+        find(id_column).ok_or_else(|| BackfillError::NoIdColumn {
             table: format!("{schema}.{name}"),
             column: id_column.to_owned(),
         })?;
@@ -100,7 +101,6 @@ impl RowReader {
                 table,
                 columns,
                 time,
-                id,
                 time_kind,
                 since,
                 until,
@@ -144,11 +144,19 @@ impl RowReader {
         if rows.len() < self.query.batch {
             self.done = true;
         }
+        // Each row ends with its ctid (see `PageQuery::page`).
+        let ctid = self.query.columns.len();
         if let Some(last) = rows.last() {
-            let text = |i: usize| last[i].clone().unwrap_or_default();
-            self.after = Some((text(self.query.time), text(self.query.id)));
+            let text = |i: usize| last.get(i).cloned().flatten().unwrap_or_default();
+            self.after = Some((text(self.query.time), text(ctid)));
         }
-        Ok(rows.into_iter().map(|values| self.event(values)).collect())
+        Ok(rows
+            .into_iter()
+            .map(|mut values| {
+                values.truncate(ctid);
+                self.event(values)
+            })
+            .collect())
     }
 
     /// An event as the source would hand it on, but with no transaction
