@@ -24,7 +24,7 @@ use super::{RelayError, RelaySettings};
 use crate::metrics as m;
 use crate::progress::ledger::{
     decide_start, format_time_us, select_entry, AcceptedGap, GapReason, LedgerEntry,
-    LedgerIdentity, LedgerWriter, StartDecision, StartInputs,
+    LedgerIdentity, LedgerWriter, SlotState, StartDecision, StartInputs,
 };
 use crate::sink::LedgerTopic;
 use crate::source::session::{Identified, SlotPlan};
@@ -55,9 +55,14 @@ pub(super) struct RelayLedger {
     /// `--accept-gap`: honoured for the first gap only; a gap found later
     /// in the same run stops the relay again.
     accept_gap: bool,
-    /// A session of this process has streamed: a slot ahead of the ledger
-    /// is then expected (the ledger lags by an interval) and logged at INFO.
+    /// A session of this process has streamed: a missing slot is a lost
+    /// one.
     streamed: bool,
+    /// A slot ahead of the ledger is expected (logged at INFO): this
+    /// process streamed it, or takes it over from an instance that stopped
+    /// (likely uncleanly) while this one stood by; the ledger lags the slot
+    /// by up to an interval.
+    expect_ahead: bool,
 }
 
 /// What the gate found, for the session.
@@ -99,6 +104,7 @@ impl RelayLedger {
             written,
             accept_gap: settings.accept_gap,
             streamed: false,
+            expect_ahead: false,
         })
     }
 
@@ -126,6 +132,23 @@ impl RelayLedger {
             create_slot: settings.source.create_slot,
             accept_gap: self.accept_gap,
         });
+        // A failover slot synchronised to the promoted standby carries its
+        // position over the promotion: no gap. Resumed from the slot without
+        // skipping: the new timeline may reuse LSNs above the branch point.
+        let decision = match decision {
+            StartDecision::Gap(gap)
+                if found.failover_slot
+                    && matches!(gap.reason, GapReason::TimelineChanged { .. })
+                    && matches!(found.slot, SlotState::Present { .. }) =>
+            {
+                tracing::warn!(slot = %self.slot, reason = %gap.reason, resume = %gap.resume_lsn, "timeline changed; the failover slot was synchronised to this server, resuming from it");
+                StartDecision::Resume {
+                    from: gap.resume_lsn,
+                    skip_through: None,
+                }
+            }
+            other => other,
+        };
         start.previous = ledger.cloned();
         start.identity = Some(identity);
         start.timeline = found.timeline;
@@ -144,7 +167,7 @@ impl RelayLedger {
                 slot,
             } => {
                 let time = ledger_commit_time_us.map_or("unknown".into(), format_time_us);
-                if self.streamed {
+                if self.expect_ahead {
                     tracing::info!(slot = %self.slot, %ledger, %slot, "slot confirmed past the ledger (the ledger lags by up to a status interval)");
                 } else {
                     tracing::warn!(
@@ -196,6 +219,13 @@ impl RelayLedger {
     /// A session streams: from now on a missing slot is a lost one.
     pub(super) fn streaming(&mut self) {
         self.streamed = true;
+        self.expect_ahead = true;
+    }
+
+    /// The instance that streamed the slot released it and this one takes
+    /// over (see `relay::standby`).
+    pub(super) fn taking_over(&mut self) {
+        self.expect_ahead = true;
     }
 
     /// A writer for the session `start` describes.

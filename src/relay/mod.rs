@@ -215,7 +215,12 @@ pub async fn run(
                 permanent = 0;
                 backoff = relay.reconnect_backoff_min;
                 match standby::wait(&settings, pid, &mut stop_rx.clone()).await {
-                    standby::Wait::Released => continue,
+                    standby::Wait::Released => {
+                        if let Some(l) = &mut ledger {
+                            l.taking_over();
+                        }
+                        continue;
+                    }
                     standby::Wait::Stopped => return Ok(()),
                 }
             }

@@ -123,6 +123,9 @@ pub(crate) struct Identified {
     pub(crate) timeline: u32,
     pub(crate) xlogpos: Lsn,
     pub(crate) slot: SlotState,
+    /// The slot is a failover slot (PostgreSQL 17+): after a promotion it
+    /// is the synchronised copy, so a new timeline is expected.
+    pub(crate) failover_slot: bool,
 }
 
 /// What the gate of [`SourceSession::open_gated`] lets the session do
@@ -209,6 +212,9 @@ impl SourceSession {
             timeline: identity.timeline,
             xlogpos: identity.xlogpos,
             slot: slot_state,
+            failover_slot: existing_slot
+                .as_ref()
+                .is_some_and(|i| i.failover == Some(true)),
         };
         let plan = gate(&identified)?;
         // The publication first: the slot's changes are decoded with it.
