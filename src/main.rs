@@ -38,6 +38,11 @@ enum Command {
         /// variables supply every required key; they win over the file.
         #[arg(long, short, env = "OUTBOXD_CONFIG")]
         config: Option<PathBuf>,
+        /// Resume past a gap the position ledger names (a lost or dropped
+        /// slot, another server or timeline) after backfilling it: the
+        /// accepted range is recorded in the ledger and logged at WARN.
+        #[arg(long)]
+        accept_gap: bool,
     },
     /// Print decoded outbox events from the replication slot as JSON lines.
     /// Peeks: the slot does not move unless --confirm is given.
@@ -159,10 +164,11 @@ async fn shutdown_signal() {
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
-        Command::Run { config } => {
+        Command::Run { config, accept_gap } => {
             let (cfg, source) = load(config.as_deref(), true)?;
             let slot = cfg.postgres.slot.clone();
-            let relay = outboxd::relay::RelaySettings::new(source, cfg);
+            let mut relay = outboxd::relay::RelaySettings::new(source, cfg);
+            relay.accept_gap = accept_gap;
             if let Some(addr) = relay.config.metrics.listen {
                 let health = std::sync::Arc::clone(&relay.health);
                 outboxd::metrics::serve(addr, std::sync::Arc::clone(&health))

@@ -47,6 +47,8 @@ pub struct Health {
     kafka_failed: AtomicBool,
     kafka_ever: AtomicBool,
     halted: Mutex<Option<String>>,
+    /// A gap the position ledger found and the relay refuses to skip.
+    gap: Mutex<Option<String>>,
     /// Why the last PostgreSQL session failed, for `/readyz`.
     postgres_cause: Mutex<Option<String>>,
     /// Standing by: who holds the slot (`slot "x" is active on PID n`).
@@ -86,6 +88,7 @@ impl Health {
             kafka_failed: AtomicBool::new(false),
             kafka_ever: AtomicBool::new(false),
             halted: Mutex::new(None),
+            gap: Mutex::new(None),
             postgres_cause: Mutex::new(None),
             standby: Mutex::new(None),
             outages: Mutex::new([None, None]),
@@ -215,6 +218,12 @@ impl Health {
         }
     }
 
+    /// A gap in the relayed WAL (see `progress::ledger`): not ready, with
+    /// the recovery, until it is accepted.
+    pub fn set_gap(&self, gap: Option<String>) {
+        *self.gap.lock().unwrap_or_else(|e| e.into_inner()) = gap;
+    }
+
     pub fn set_halted(&self, reason: Option<String>) {
         *self.halted.lock().unwrap_or_else(|e| e.into_inner()) = reason;
     }
@@ -303,6 +312,9 @@ impl Health {
     pub fn readiness(&self) -> Result<(), String> {
         if let Some(reason) = &*self.halted.lock().unwrap_or_else(|e| e.into_inner()) {
             return Err(format!("halted: {}", reason.replace('\n', " ")));
+        }
+        if let Some(gap) = &*self.gap.lock().unwrap_or_else(|e| e.into_inner()) {
+            return Err(format!("gap: {}", gap.replace('\n', " ")));
         }
         if let Some(holder) = self.standby() {
             return Err(format!("standby: {holder}"));

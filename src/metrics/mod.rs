@@ -57,6 +57,13 @@ pub const CONFIRMED_LSN: &str = "outboxd_confirmed_lsn";
 pub const RECEIVED_LSN: &str = "outboxd_received_lsn";
 /// 1 while the relay is halted by a poison event under on_error = "stop" (gauge).
 pub const HALTED: &str = "outboxd_halted";
+/// The position ledger's last written position: every event up to it is
+/// acknowledged by Kafka (gauge).
+pub const LEDGER_LSN: &str = "outboxd_ledger_lsn";
+/// 1 while the relay refuses to start over a gap the ledger found, else 0 (gauge).
+pub const LEDGER_GAP: &str = "outboxd_ledger_gap";
+/// Events not sent again on a (re)start because the ledger has them as relayed (counter).
+pub const EVENTS_SKIPPED: &str = "outboxd_events_skipped_total";
 /// 1 while standing by: another instance streams the slot and this one waits
 /// to take over (gauge).
 pub const STANDBY: &str = "outboxd_standby";
@@ -195,6 +202,18 @@ fn describe() {
     describe_gauge!(CONFIRMED_LSN, "Slot position last confirmed to PostgreSQL");
     describe_gauge!(RECEIVED_LSN, "Highest WAL position received");
     describe_gauge!(HALTED, "1 while halted by a poison event (on_error = stop)");
+    describe_gauge!(
+        LEDGER_LSN,
+        "Position ledger's last written position (every event up to it acknowledged)"
+    );
+    describe_gauge!(
+        LEDGER_GAP,
+        "1 while refusing to start over a gap the position ledger found"
+    );
+    describe_counter!(
+        EVENTS_SKIPPED,
+        "Events not sent again on a (re)start: at or below the ledger's position"
+    );
     describe_gauge!(
         STANDBY,
         "1 while standing by for a slot another instance streams"

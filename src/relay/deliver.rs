@@ -30,6 +30,7 @@ use super::session::{InFlight, Reconnect, Session, SessionEnd};
 use super::{RelayError, RelaySettings};
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent};
+use crate::progress::ledger::CommitPosition;
 use crate::sink::{Delivered, DeliveryFailure, DeliveryReport, FailureKind, KafkaSink, SendError};
 use crate::source::transactions::SourceItem;
 
@@ -108,8 +109,16 @@ impl Session<'_> {
             return Ok(None);
         }
         match item {
-            SourceItem::Checkpoint { lsn, .. } => {
+            SourceItem::Checkpoint {
+                lsn,
+                commit_time_us,
+                ..
+            } => {
                 self.tracker.commit(lsn);
+                self.note_commit(CommitPosition {
+                    end_lsn: lsn,
+                    commit_time_us,
+                });
                 self.ordinal = 0;
                 self.hot.transactions.increment(1);
                 Ok(None)
@@ -119,6 +128,15 @@ impl Session<'_> {
                 self.settings.health.event_seen();
                 let identity = (event.commit_lsn, self.ordinal);
                 self.ordinal += 1;
+                // Its commit (which ends at or before the ledger's position,
+                // a commit end or idle position) was relayed before.
+                if self
+                    .skip_through
+                    .is_some_and(|through| event.commit_lsn < through)
+                {
+                    self.skipped.increment(1);
+                    return Ok(None);
+                }
                 let record = match self.mapper.map(&event) {
                     Ok(record) => record,
                     Err(e) => {

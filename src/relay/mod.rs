@@ -16,6 +16,7 @@
 
 mod dead_letter;
 mod deliver;
+mod ledger;
 mod poison;
 mod session;
 mod standby;
@@ -30,7 +31,8 @@ use tokio::sync::watch;
 use crate::config::{Config, OnError};
 use crate::metrics::{self as m, Health};
 use crate::outbox::{MappingConfigError, RecordMapper};
-use crate::sink::SinkError;
+use crate::progress::ledger::StartGap;
+use crate::sink::{LedgerTopicError, SinkError};
 use crate::source::admin::AdminError;
 use crate::source::replication::error::Disposition;
 use crate::source::session::{SourceError, SourceSettings};
@@ -54,6 +56,14 @@ pub enum RelayError {
     Sink(#[from] SinkError),
     #[error(transparent)]
     Mapping(#[from] MappingConfigError),
+    /// The position ledger's topic cannot be used (the message names the
+    /// fix).
+    #[error(transparent)]
+    Ledger(#[from] LedgerTopicError),
+    /// The ledger, the server and the slot disagree: events may have been
+    /// lost. The message names the slot, both positions and the recovery.
+    #[error("{0}")]
+    Gap(Box<StartGap>),
     /// The last error is rendered here rather than kept as the source, so
     /// the message says it once.
     #[error(
@@ -73,8 +83,9 @@ pub enum RelayError {
          failover to a server without it). outboxd last confirmed {confirmed} at {confirmed_at}; \
          outbox events committed after that were not relayed, and a new slot would skip them, so \
          outboxd created none and stopped. To recover: run `outboxd backfill --since '{confirmed_at}'` \
-         (a little earlier is safer: duplicates carry the same id), then start outboxd again, which \
-         creates the slot (postgres.create_slot = true)"
+         (a little earlier is safer: duplicates carry the same id), then start outboxd once with \
+         `outboxd run --accept-gap`, which creates the slot and records the accepted range in the \
+         position ledger (a plain restart refuses, naming the gap)"
     )]
     SlotLost {
         slot: String,
@@ -98,9 +109,15 @@ impl RelayError {
             RelayError::Source(SourceError::Replication(e)) => e.disposition(),
             RelayError::Source(e) => by_retry(e.is_retryable()),
             RelayError::Sink(e) => by_retry(e.is_retryable()),
-            RelayError::Mapping(_) | RelayError::GaveUp { .. } | RelayError::SlotLost { .. } => {
-                Disposition::Fatal
+            RelayError::Ledger(LedgerTopicError::Sink(e)) => by_retry(e.is_retryable()),
+            RelayError::Ledger(LedgerTopicError::Read { .. } | LedgerTopicError::Write { .. }) => {
+                Disposition::Transient
             }
+            RelayError::Mapping(_)
+            | RelayError::GaveUp { .. }
+            | RelayError::SlotLost { .. }
+            | RelayError::Ledger(_)
+            | RelayError::Gap(_) => Disposition::Fatal,
         }
     }
 }
@@ -113,6 +130,9 @@ pub struct RelaySettings {
     pub dead_letter_topic: Option<Arc<str>>,
     /// Shared with the health endpoint: the relay reports into it.
     pub health: Arc<Health>,
+    /// `outboxd run --accept-gap`: resume past a gap the position ledger
+    /// names (once), recording the range in the ledger.
+    pub accept_gap: bool,
 }
 
 impl RelaySettings {
@@ -128,6 +148,7 @@ impl RelaySettings {
             health: Arc::new(Health::new(&config)),
             config,
             dead_letter_topic,
+            accept_gap: false,
         }
     }
 }
@@ -147,13 +168,23 @@ pub async fn run(
     let mut poison = PoisonMemory::default();
     let relay = settings.config.relay.clone();
     register_metrics(&settings.config);
+    // Opened before the first session, again after a failure that
+    // reconnecting may fix (Kafka unreachable at start).
+    let mut ledger: Option<ledger::RelayLedger> = None;
     let mut streamed = false;
     let mut backoff = relay.reconnect_backoff_min;
     // Permanent failures in a row; anything else starts the count over.
     let mut permanent = 0;
     loop {
         let started = Instant::now();
-        let result = Session::run(&settings, &mut mapper, &mut poison, stop_rx.clone()).await;
+        let result = async {
+            let ledger = match &mut ledger {
+                Some(l) => l,
+                None => ledger.insert(ledger::RelayLedger::open(&settings).await?),
+            };
+            Session::run(&settings, &mut mapper, &mut poison, ledger, stop_rx.clone()).await
+        }
+        .await;
         // Once this process has streamed the slot, it never creates one: a
         // slot missing now was dropped or lost, and a new one would start
         // past the events committed meanwhile (see `RelayError::SlotLost`).
@@ -161,6 +192,9 @@ pub async fn run(
         if health.postgres_connected() {
             settings.source.create_slot = false;
             streamed = true;
+            if let Some(l) = &mut ledger {
+                l.streaming();
+            }
         }
         // Whatever was in flight is re-read by the next session.
         health.session_ended();
@@ -181,7 +215,12 @@ pub async fn run(
                 permanent = 0;
                 backoff = relay.reconnect_backoff_min;
                 match standby::wait(&settings, pid, &mut stop_rx.clone()).await {
-                    standby::Wait::Released => continue,
+                    standby::Wait::Released => {
+                        if let Some(l) = &mut ledger {
+                            l.taking_over();
+                        }
+                        continue;
+                    }
                     standby::Wait::Stopped => return Ok(()),
                 }
             }

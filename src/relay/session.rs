@@ -26,11 +26,13 @@ use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::ledger::{self, RelayLedger, Start};
 use super::poison::{EventIdentity, PoisonMemory};
 use super::table_watch::{TableWatch, WatchNews};
 use super::{RelayError, RelaySettings};
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent, RecordMapper};
+use crate::progress::ledger::LedgerWriter;
 use crate::progress::{AckTracker, DeliveryId};
 use crate::sink::{KafkaSink, TopicManager};
 use crate::source::driver::{DriverOptions, SourceHandle, Streamed};
@@ -149,6 +151,13 @@ pub(crate) struct Session<'a> {
     /// Keeps confirmation behind the last look that found the outbox table
     /// intact; reports a change.
     table_watch: TableWatch,
+    ledger: &'a mut RelayLedger,
+    /// Offered what the driver confirmed; `None` before the server is known.
+    ledger_writer: Option<LedgerWriter>,
+    /// Events whose commit lies below the ledger's position were relayed
+    /// before this (re)start: skipped, not sent again.
+    pub(super) skip_through: Option<crate::Lsn>,
+    pub(super) skipped: Counter,
 }
 
 pub(super) struct HotMetrics {
@@ -176,10 +185,15 @@ impl<'a> Session<'a> {
         settings: &'a RelaySettings,
         mapper: &'a mut RecordMapper,
         poison: &'a mut PoisonMemory,
+        ledger: &'a mut RelayLedger,
         mut stop: watch::Receiver<bool>,
     ) -> Result<SessionEnd, RelayError> {
         let health = &settings.health;
-        let source = SourceSession::open(&settings.source).await?;
+        let mut start = Start::default();
+        let source = SourceSession::open_gated(&settings.source, |found| {
+            ledger.gate(settings, found, &mut start)
+        })
+        .await?;
         let start_lsn = source.start_lsn;
         let interval = settings.config.postgres.status_interval;
         let table_watch = TableWatch::start(&settings.source, start_lsn, interval)
@@ -216,6 +230,10 @@ impl<'a> Session<'a> {
             wal_to_ack: metrics::histogram!(m::WAL_RECEIVE_TO_ACK_SECONDS),
             hot: HotMetrics::new(),
             table_watch,
+            ledger_writer: ledger.writer(&start, interval),
+            ledger,
+            skip_through: start.skip_through,
+            skipped: metrics::counter!(m::EVENTS_SKIPPED),
         };
         let relay = &settings.config.relay;
         let mut drain_deadline: Option<Instant> = None;
@@ -247,7 +265,15 @@ impl<'a> Session<'a> {
                         .await;
                     tracing::info!(%confirmed, unacked = s.tracker.in_flight(), drained, "shutting down");
                     s.source.finish(confirmed).await?;
-                    m::gauge_lsn(m::CONFIRMED_LSN, s.source.reported().confirmed);
+                    let confirmed = s.source.reported().confirmed;
+                    m::gauge_lsn(m::CONFIRMED_LSN, confirmed);
+                    let entry = s
+                        .ledger_writer
+                        .as_mut()
+                        .and_then(|w| w.flush(confirmed, ledger::now_us()));
+                    if let Some(entry) = entry {
+                        s.ledger.flush(entry).await;
+                    }
                     return Ok(SessionEnd::Shutdown);
                 }
             }
@@ -319,6 +345,17 @@ impl<'a> Session<'a> {
                 .in_flight_bytes
                 .set(s.tracker.in_flight_bytes() as f64);
             health.progress(s.tracker.in_flight(), reported.confirmed);
+            // What the driver confirmed, which the tracker called
+            // confirmable: the ledger never leads the acknowledgements.
+            if let Some(writer) = &mut s.ledger_writer {
+                if let Some(entry) = writer.offer(
+                    reported.confirmed,
+                    std::time::Instant::now(),
+                    ledger::now_us(),
+                ) {
+                    s.ledger.submit(entry);
+                }
+            }
         }
     }
 
@@ -329,6 +366,14 @@ impl<'a> Session<'a> {
         let full = self.tracker.in_flight() >= relay.max_in_flight_events
             || self.tracker.in_flight_bytes() as u64 >= relay.max_in_flight_bytes;
         !full && self.halted.is_none() && self.resend.is_empty() && !self.drained
+    }
+
+    /// A Commit handed to the tracker: the ledger entry at its end carries
+    /// its commit time.
+    pub(super) fn note_commit(&mut self, commit: crate::progress::ledger::CommitPosition) {
+        if let Some(writer) = &mut self.ledger_writer {
+            writer.note_commit(commit);
+        }
     }
 
     /// One item from the driver, in WAL order.

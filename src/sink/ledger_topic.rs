@@ -213,7 +213,21 @@ impl ClientContext for LedgerContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(target: "librdkafka", %error, %reason, "Kafka ledger client error");
+        // Transport errors were logged by librdkafka already (see
+        // `DeliveryContext::error`); the write or read fails on its own.
+        let logged = matches!(
+            error.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::BrokerTransportFailure
+                    | RDKafkaErrorCode::AllBrokersDown
+                    | RDKafkaErrorCode::Resolve
+            )
+        );
+        if logged {
+            tracing::debug!(target: "librdkafka", %error, %reason, "Kafka ledger client error");
+        } else {
+            tracing::warn!(target: "librdkafka", %error, %reason, "Kafka ledger client error");
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use super::driver::{DriverOptions, SourceHandle};
 use super::pgoutput::{DecodeError, Decoder};
 use super::replication::{self, ConnParams, ReplicationError, ReplicationStream, StartOptions};
 use super::transactions::{AssembleError, TransactionAssembler};
+use crate::progress::ledger::SlotState;
 use crate::Lsn;
 
 /// pgoutput protocol version requested. Version 1 sends each transaction
@@ -114,24 +115,80 @@ pub(crate) struct SourceSession {
     pub(crate) start_lsn: Lsn,
 }
 
+/// The server (IDENTIFY_SYSTEM) and the slot, as found before any slot is
+/// created: what the position ledger is compared with.
+#[derive(Debug, Clone)]
+pub(crate) struct Identified {
+    pub(crate) system_id: String,
+    pub(crate) timeline: u32,
+    pub(crate) xlogpos: Lsn,
+    pub(crate) slot: SlotState,
+    /// The slot is a failover slot (PostgreSQL 17+): after a promotion it
+    /// is the synchronised copy, so a new timeline is expected.
+    pub(crate) failover_slot: bool,
+}
+
+/// What the gate of [`SourceSession::open_gated`] lets the session do
+/// about the slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotPlan {
+    /// As `postgres.create_slot` says: create a missing slot when allowed,
+    /// refuse an invalidated one.
+    AsConfigured,
+    /// The operator accepted the gap: drop an invalidated slot and create a
+    /// new one (a missing one is created).
+    Recreate,
+}
+
 impl SourceSession {
     /// Preflight, publication and slot checks, the replication connection,
     /// and only then creating what is missing and START_REPLICATION: a
     /// check that fails leaves no slot behind (a slot nobody streams holds
     /// WAL until someone drops it).
     pub(crate) async fn open(s: &SourceSettings) -> Result<SourceSession, SourceError> {
-        replication::commands::validate_identifier("postgres.slot", &s.slot).map_err(|reason| {
-            ReplicationError::Protocol {
+        Self::open_gated(s, |_| Ok::<_, SourceError>(SlotPlan::AsConfigured)).await
+    }
+
+    /// As [`open`](Self::open), with `gate` deciding, once the server and
+    /// the slot are known and before any slot is created, whether to go on
+    /// (the relay asks the position ledger, see `relay::ledger`).
+    pub(crate) async fn open_gated<E: From<SourceError>>(
+        s: &SourceSettings,
+        gate: impl FnOnce(&Identified) -> Result<SlotPlan, E>,
+    ) -> Result<SourceSession, E> {
+        replication::commands::validate_identifier("postgres.slot", &s.slot)
+            .map_err(|reason| ReplicationError::Protocol {
                 server: s.conn.describe(),
                 reason,
-            }
-        })?;
-        let client = admin::connect_sql(&s.conn).await?;
-        admin::preflight(&client).await?;
+            })
+            .map_err(SourceError::from)?;
+        let client = admin::connect_sql(&s.conn)
+            .await
+            .map_err(SourceError::from)?;
+        admin::preflight(&client).await.map_err(SourceError::from)?;
         let target = s.target();
-        let create_publication = admin::check_publication_ready(&client, &target).await?;
-        let existing_slot = admin::check_slot_ready(&client, &target).await?;
-        let wal_sender_timeout = admin::wal_sender_timeout(&client).await?;
+        let create_publication = admin::check_publication_ready(&client, &target)
+            .await
+            .map_err(SourceError::from)?;
+        // A missing (with create_slot = false) or invalidated slot is for
+        // the gate to judge first: the ledger may name the gap.
+        let (slot_state, slot_refusal, existing_slot) =
+            match admin::check_slot_ready(&client, &target).await {
+                Ok(Some(info)) => (
+                    SlotState::Present {
+                        confirmed_flush: info.confirmed_flush_lsn.unwrap_or(Lsn::ZERO),
+                    },
+                    None,
+                    Some(info),
+                ),
+                Ok(None) => (SlotState::Missing, None, None),
+                Err(e @ AdminError::SlotMissing { .. }) => (SlotState::Missing, Some(e), None),
+                Err(e @ AdminError::SlotLost { .. }) => (SlotState::Invalidated, Some(e), None),
+                Err(e) => return Err(SourceError::from(e).into()),
+            };
+        let wal_sender_timeout = admin::wal_sender_timeout(&client)
+            .await
+            .map_err(SourceError::from)?;
         // The server drops a walsender that stays silent for its timeout;
         // while the relay holds back, unasked updates are all it hears from
         // us, so the driver sends them more often than configured then.
@@ -145,16 +202,53 @@ impl SourceSession {
         }
         // The last checks: pg_hba.conf admits replication connections, and
         // the walsender answers.
-        let mut conn = replication::connect(&s.conn).await?;
-        let identity = conn.identify_system().await?;
+        let mut conn = replication::connect(&s.conn)
+            .await
+            .map_err(SourceError::from)?;
+        let identity = conn.identify_system().await.map_err(SourceError::from)?;
         tracing::debug!(system_id = %identity.system_id, timeline = identity.timeline, xlogpos = %identity.xlogpos, "identified system");
+        let identified = Identified {
+            system_id: identity.system_id.clone(),
+            timeline: identity.timeline,
+            xlogpos: identity.xlogpos,
+            slot: slot_state,
+            failover_slot: existing_slot
+                .as_ref()
+                .is_some_and(|i| i.failover == Some(true)),
+        };
+        let plan = gate(&identified)?;
         // The publication first: the slot's changes are decoded with it.
         if create_publication {
-            admin::create_publication(&client, &target).await?;
+            admin::create_publication(&client, &target)
+                .await
+                .map_err(SourceError::from)?;
         }
-        let slot = match existing_slot {
-            Some(slot) => admin::ensure_failover(&mut conn, &target, slot).await?,
-            None => admin::create_slot(&client, &target).await?,
+        let slot = match (existing_slot, slot_refusal, plan) {
+            (Some(slot), _, _) => admin::ensure_failover(&mut conn, &target, slot)
+                .await
+                .map_err(SourceError::from)?,
+            // An accepted gap: a new slot replaces the missing or lost one.
+            (None, _, SlotPlan::Recreate) => {
+                if slot_state == SlotState::Invalidated {
+                    client
+                        .execute("SELECT pg_drop_replication_slot($1)", &[&s.slot])
+                        .await
+                        .map_err(|source| AdminError::Sql {
+                            context: "dropping the invalidated slot",
+                            source,
+                        })
+                        .map_err(SourceError::from)?;
+                }
+                admin::create_slot(&client, &target)
+                    .await
+                    .map_err(SourceError::from)?
+            }
+            (None, Some(refusal), SlotPlan::AsConfigured) => {
+                return Err(SourceError::from(refusal).into())
+            }
+            (None, None, SlotPlan::AsConfigured) => admin::create_slot(&client, &target)
+                .await
+                .map_err(SourceError::from)?,
         };
         drop(client);
 
@@ -168,7 +262,8 @@ impl SourceSession {
                 proto_version: PROTO_VERSION,
                 messages: s.message_prefix.is_some(),
             })
-            .await?;
+            .await
+            .map_err(SourceError::from)?;
         tracing::info!(slot = %s.slot, %start_lsn, "replication started");
         Ok(SourceSession {
             stream,

@@ -276,7 +276,7 @@ fn first_commit_end_after(pg: &crate::harness::pg::PgCluster, after: outboxd::Ls
     panic!("no outbox commit after {after} in:\n{out}");
 }
 
-fn tail_lines(s: &str, n: usize) -> String {
+pub(super) fn tail_lines(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }

@@ -5,12 +5,17 @@
 //! events lost in one run, one INFO line). Now it creates no slot once it
 //! has streamed one, stops with a non-zero exit naming the slot, the last
 //! confirmed position and time and the way back; `outboxd backfill` from
-//! that time, then a restart, bring every committed event to Kafka.
+//! that time, then a restart with `--accept-gap`, bring every committed
+//! event to Kafka. A plain restart (postgres.create_slot = true) refuses,
+//! naming the gap from the position ledger: before the ledger was wired
+//! into `run`, it created a new slot and skipped the gap silently.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::support::{aggregates, confirmed_lsn, env, payload_texts, verify, wait_for, Relay};
+use super::support::{
+    aggregates, confirmed_lsn, env, payload_texts, verify_checking, wait_for, Relay,
+};
 use crate::harness::kafka::shared;
 use crate::harness::outboxd::bin;
 
@@ -94,8 +99,37 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
     );
     assert_eq!(slots.trim(), "0", "a new slot was created");
 
+    // A plain restart (create_slot = true) must not create a slot over the
+    // gap: the ledger names it, and the process exits non-zero.
+    let mut again = Relay::start(&e);
+    let status = tokio::task::block_in_place(|| again.wait(Duration::from_secs(60)));
+    let again_log = again.log();
+    let status =
+        status.unwrap_or_else(|| panic!("the restart kept running; its log:\n{again_log}"));
+    assert!(!status.success(), "exit {status:?}; log:\n{again_log}");
+    for needle in [
+        "replication slot \"slotloss\": the slot does not exist",
+        "The ledger (kafka.ledger_topic) has every event relayed up to",
+        "outboxd backfill --since",
+        "outboxd run --accept-gap",
+    ] {
+        assert!(
+            again_log.contains(needle),
+            "{needle:?} not in the restarted relay's log:\n{again_log}"
+        );
+    }
+    let slots = pg.psql(
+        "app",
+        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'slotloss'",
+    );
+    assert_eq!(
+        slots.trim(),
+        "0",
+        "the restart created a slot:\n{again_log}"
+    );
+
     // The way back: backfill from the time named (a little earlier, for
-    // transactions open at that moment), then start again.
+    // transactions open at that moment), then start once with --accept-gap.
     let since = log
         .split("--since '")
         .nth(1)
@@ -119,7 +153,7 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let _relay = Relay::start(&e);
+    let accepted = Relay::start_with(&e, &[], &["--accept-gap"]);
     // Rows committed before the new slot exists are the backfill's.
     tokio::task::block_in_place(|| {
         wait_for("the new slot to stream", Duration::from_secs(60), || {
@@ -133,10 +167,25 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
     });
     let mut client = pg.client("app").await;
     sent.extend(super::support::write(&mut client, "slotloss", &aggs, 100, &[1, 10], 0).await);
+    let accepted_log = accepted.log();
+    assert!(
+        accepted_log.contains("accepting a gap (--accept-gap)"),
+        "no WARN naming the accepted gap:\n{accepted_log}"
+    );
     let texts = payload_texts(pg);
     let logs = e.dir.path().to_path_buf();
     let v = tokio::task::block_in_place(|| {
-        verify(broker, &sent, &texts, Duration::from_secs(120), true, &logs)
+        // The gap's events come from the backfill alone, in (created_at,
+        // ctid) order: commit order for this one sequential writer.
+        verify_checking(
+            broker,
+            &sent,
+            &texts,
+            Duration::from_secs(120),
+            true,
+            true,
+            &logs,
+        )
     });
     eprintln!(
         "slot dropped under load: {} committed, {} delivered after backfill, {} duplicates; backfill: {}",

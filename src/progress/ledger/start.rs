@@ -160,10 +160,15 @@ impl fmt::Display for StartGap {
                 "The ledger (kafka.ledger_topic) has no position for it; "
             )?,
         }
+        let backfill = match self.ledger_commit_time_us {
+            Some(us) => format!("`outboxd backfill --since '{}'`", format_time_us(us)),
+            None => "`outboxd backfill --since '<last relayed commit time>'`".to_owned(),
+        };
         write!(
             f,
             "the server would resume at {}, so events committed in between would never reach \
-             Kafka. To recover: backfill them (docs/operations.md, \"Position ledger\"), then \
+             Kafka. To recover: backfill them with {backfill} (a little earlier is safer: \
+             duplicates carry the same id; docs/operations.md, \"Position ledger\"), then \
              start once with `outboxd run --accept-gap`, which resumes at the server's position and \
              records the accepted range in the ledger",
             self.resume_lsn
@@ -394,7 +399,7 @@ mod tests {
             "0/500",
             "2025-12-01T06:10:28.123Z",
             "0/9000",
-            "backfill",
+            "outboxd backfill --since '2025-12-01T06:10:28.123Z'",
             "outboxd run --accept-gap",
         ] {
             assert!(text.contains(needle), "{needle:?} not in: {text}");

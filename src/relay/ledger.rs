@@ -1,0 +1,300 @@
+//! The position ledger in `outboxd run` (see `progress::ledger` for what it
+//! is and `sink::LedgerTopic` for where it lives):
+//!
+//! - at relay start the ledger topic is ensured and this database's and
+//!   slot's entries are read, once;
+//! - before each session may create a slot, [`RelayLedger::gate`] compares
+//!   the ledger with the server and the slot (`decide_start`): a gap stops
+//!   the relay unless `--accept-gap` was given;
+//! - during a session a [`LedgerWriter`] is offered the position the driver
+//!   actually confirmed to the slot (never above the tracker's confirmable,
+//!   so never ahead of the acks), and the entries it hands out are written
+//!   by a task of their own, so the relay loop never waits for the ledger.
+//!
+//! A future exactly-once mode would write the entry in the same Kafka
+//! transaction as the records up to its position, instead of after their
+//! acknowledgements.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+
+use super::{RelayError, RelaySettings};
+use crate::metrics as m;
+use crate::progress::ledger::{
+    decide_start, format_time_us, select_entry, AcceptedGap, GapReason, LedgerEntry,
+    LedgerIdentity, LedgerWriter, SlotState, StartDecision, StartInputs,
+};
+use crate::sink::LedgerTopic;
+use crate::source::session::{Identified, SlotPlan};
+use crate::Lsn;
+
+/// How long a graceful stop waits for the final entry.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause before writing a failed entry again.
+const RETRY: Duration = Duration::from_secs(1);
+
+pub(super) fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// The ledger for one relay process.
+pub(super) struct RelayLedger {
+    database: String,
+    slot: String,
+    /// The entries of this database and slot: as read at start, then as
+    /// written since.
+    known: Arc<Mutex<Vec<LedgerEntry>>>,
+    /// The newest entry to write, numbered; the writer task takes it.
+    pending: watch::Sender<(u64, Option<LedgerEntry>)>,
+    /// The number of the last entry Kafka acknowledged.
+    written: watch::Receiver<u64>,
+    /// `--accept-gap`: honoured for the first gap only; a gap found later
+    /// in the same run stops the relay again.
+    accept_gap: bool,
+    /// A session of this process has streamed: a missing slot is a lost
+    /// one.
+    streamed: bool,
+    /// A slot ahead of the ledger is expected (logged at INFO): this
+    /// process streamed it, or takes it over from an instance that stopped
+    /// (likely uncleanly) while this one stood by; the ledger lags the slot
+    /// by up to an interval.
+    expect_ahead: bool,
+}
+
+/// What the gate found, for the session.
+#[derive(Debug, Default)]
+pub(super) struct Start {
+    /// The ledger entry that speaks for this server, if any.
+    pub(super) previous: Option<LedgerEntry>,
+    pub(super) identity: Option<LedgerIdentity>,
+    pub(super) timeline: u32,
+    /// Events whose commit lies below this were relayed already.
+    pub(super) skip_through: Option<Lsn>,
+    /// A gap the operator accepted: recorded with the next entry.
+    pub(super) accepted: Option<AcceptedGap>,
+}
+
+impl RelayLedger {
+    /// Ensures the topic (created compacted when `kafka.create_topics`,
+    /// else verified) and reads the entries for this database and slot.
+    pub(super) async fn open(settings: &RelaySettings) -> Result<RelayLedger, RelayError> {
+        let topic = LedgerTopic::new(&settings.brokers, &settings.config.kafka)?;
+        topic.ensure().await?;
+        let database = settings.source.conn.dbname.clone();
+        let slot = settings.source.slot.clone();
+        let entries = topic.entries_for(&database, &slot).await?;
+        if let Some(e) = entries.iter().max_by_key(|e| e.written_at_us) {
+            m::gauge_lsn(m::LEDGER_LSN, e.confirmed_lsn);
+        }
+        let known = Arc::new(Mutex::new(entries));
+        let (pending, rx) = watch::channel((0, None));
+        let (done, written) = watch::channel(0);
+        tokio::spawn(write_entries(topic, rx, done, Arc::clone(&known)));
+        metrics::gauge!(m::LEDGER_GAP).set(0.0);
+        metrics::counter!(m::EVENTS_SKIPPED).increment(0);
+        Ok(RelayLedger {
+            database,
+            slot,
+            known,
+            pending,
+            written,
+            accept_gap: settings.accept_gap,
+            streamed: false,
+            expect_ahead: false,
+        })
+    }
+
+    /// Decides whether the session may go on, and on what terms; called by
+    /// `SourceSession::open_gated` before any slot is created.
+    pub(super) fn gate(
+        &mut self,
+        settings: &RelaySettings,
+        found: &Identified,
+        start: &mut Start,
+    ) -> Result<SlotPlan, RelayError> {
+        let identity = LedgerIdentity {
+            system_identifier: found.system_id.clone(),
+            database: self.database.clone(),
+            slot: self.slot.clone(),
+        };
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let ledger = select_entry(&known, &identity);
+        let decision = decide_start(StartInputs {
+            ledger,
+            identity: &identity,
+            timeline: found.timeline,
+            xlogpos: found.xlogpos,
+            slot: found.slot,
+            create_slot: settings.source.create_slot,
+            accept_gap: self.accept_gap,
+        });
+        // A failover slot synchronised to the promoted standby carries its
+        // position over the promotion: no gap. Resumed from the slot without
+        // skipping: the new timeline may reuse LSNs above the branch point.
+        let decision = match decision {
+            StartDecision::Gap(gap)
+                if found.failover_slot
+                    && matches!(gap.reason, GapReason::TimelineChanged { .. })
+                    && matches!(found.slot, SlotState::Present { .. }) =>
+            {
+                tracing::warn!(slot = %self.slot, reason = %gap.reason, resume = %gap.resume_lsn, "timeline changed; the failover slot was synchronised to this server, resuming from it");
+                StartDecision::Resume {
+                    from: gap.resume_lsn,
+                    skip_through: None,
+                }
+            }
+            other => other,
+        };
+        start.previous = ledger.cloned();
+        start.identity = Some(identity);
+        start.timeline = found.timeline;
+        let plan = match decision {
+            StartDecision::FirstStart | StartDecision::NoSlot => SlotPlan::AsConfigured,
+            StartDecision::Resume { from, skip_through } => {
+                if let Some(through) = skip_through {
+                    tracing::info!(slot = %self.slot, %from, ledger = %through, "resuming behind the ledger: events committed up to the ledger's position were relayed already and are skipped");
+                }
+                start.skip_through = skip_through;
+                SlotPlan::AsConfigured
+            }
+            StartDecision::SlotAheadOfLedger {
+                ledger,
+                ledger_commit_time_us,
+                slot,
+            } => {
+                let time = ledger_commit_time_us.map_or("unknown".into(), format_time_us);
+                if self.expect_ahead {
+                    tracing::info!(slot = %self.slot, %ledger, %slot, "slot confirmed past the ledger (the ledger lags by up to a status interval)");
+                } else {
+                    tracing::warn!(
+                        slot = %self.slot,
+                        ledger = %ledger,
+                        ledger_commit_time = %time,
+                        slot_confirmed = %slot,
+                        "the slot is confirmed past the position ledger: the events committed from {ledger} to {slot} were relayed in the last status interval before an unclean stop, or the slot was advanced by hand (pg_replication_slot_advance) and they never were; if in doubt, run `outboxd backfill --since '{time}'`"
+                    );
+                }
+                SlotPlan::AsConfigured
+            }
+            StartDecision::Gap(gap) => {
+                metrics::gauge!(m::LEDGER_GAP).set(1.0);
+                settings.health.set_gap(Some(gap.to_string()));
+                // Streamed by this process and gone: the relay names it as
+                // a lost slot, with what it confirmed itself.
+                if self.streamed && gap.reason == GapReason::SlotMissing {
+                    return Err(RelayError::Source(
+                        crate::source::admin::AdminError::SlotMissing { slot: gap.slot }.into(),
+                    ));
+                }
+                return Err(RelayError::Gap(Box::new(gap)));
+            }
+            StartDecision::AcceptGap { gap, recreate_slot } => {
+                let accepted = gap.accepted(now_us());
+                tracing::warn!(
+                    slot = %gap.slot,
+                    from = %accepted.from_lsn,
+                    to = %accepted.to_lsn,
+                    from_commit_time = %accepted.from_time_us.map_or("unknown".into(), format_time_us),
+                    reason = %gap.reason,
+                    "accepting a gap (--accept-gap): events committed in this range were not relayed by this slot; the range is recorded in the ledger"
+                );
+                self.accept_gap = false;
+                start.accepted = Some(accepted);
+                if recreate_slot {
+                    SlotPlan::Recreate
+                } else {
+                    SlotPlan::AsConfigured
+                }
+            }
+        };
+        metrics::gauge!(m::LEDGER_GAP).set(0.0);
+        settings.health.set_gap(None);
+        Ok(plan)
+    }
+
+    /// A session streams: from now on a missing slot is a lost one.
+    pub(super) fn streaming(&mut self) {
+        self.streamed = true;
+        self.expect_ahead = true;
+    }
+
+    /// The instance that streamed the slot released it and this one takes
+    /// over (see `relay::standby`).
+    pub(super) fn taking_over(&mut self) {
+        self.expect_ahead = true;
+    }
+
+    /// A writer for the session `start` describes.
+    pub(super) fn writer(&self, start: &Start, interval: Duration) -> Option<LedgerWriter> {
+        let identity = start.identity.clone()?;
+        let mut writer =
+            LedgerWriter::new(identity, start.timeline, interval, start.previous.as_ref());
+        if let Some(gap) = start.accepted.clone() {
+            writer.accept_gap(gap);
+        }
+        Some(writer)
+    }
+
+    /// Hands `entry` to the writer task (replacing one not yet written: only
+    /// the newest matters). Never waits.
+    pub(super) fn submit(&self, entry: LedgerEntry) -> u64 {
+        let mut number = 0;
+        self.pending.send_modify(|(n, e)| {
+            *n += 1;
+            number = *n;
+            *e = Some(entry);
+        });
+        number
+    }
+
+    /// Writes `entry` and waits (bounded) until Kafka acknowledged it: at a
+    /// graceful stop, so the ledger ends where the slot does.
+    pub(super) async fn flush(&mut self, entry: LedgerEntry) {
+        let lsn = entry.confirmed_lsn;
+        let number = self.submit(entry);
+        let wait = self.written.wait_for(|w| *w >= number);
+        match tokio::time::timeout(FLUSH_TIMEOUT, wait).await {
+            Ok(Ok(_)) => tracing::debug!(%lsn, "ledger written"),
+            _ => {
+                tracing::warn!(%lsn, timeout_s = FLUSH_TIMEOUT.as_secs(), "the final ledger entry was not acknowledged in time; the ledger lags the slot, so the next start re-delivers a little more")
+            }
+        }
+    }
+}
+
+/// The writer task: writes the newest pending entry, again after a failure
+/// (unless a newer one came meanwhile), until the relay is gone.
+async fn write_entries(
+    topic: LedgerTopic,
+    mut pending: watch::Receiver<(u64, Option<LedgerEntry>)>,
+    done: watch::Sender<u64>,
+    known: Arc<Mutex<Vec<LedgerEntry>>>,
+) {
+    while pending.changed().await.is_ok() {
+        let (number, entry) = pending.borrow_and_update().clone();
+        let Some(entry) = entry else { continue };
+        loop {
+            match topic.write(&entry).await {
+                Ok(_) => {
+                    m::gauge_lsn(m::LEDGER_LSN, entry.confirmed_lsn);
+                    let mut known = known.lock().unwrap_or_else(|e| e.into_inner());
+                    known.retain(|e| e.identity() != entry.identity());
+                    known.push(entry);
+                    done.send_replace(number);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot write the position ledger; retrying (the ledger lags meanwhile, the relay goes on)");
+                    tokio::time::sleep(RETRY).await;
+                    if pending.has_changed().unwrap_or(true) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
