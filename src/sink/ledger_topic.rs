@@ -139,25 +139,12 @@ pub async fn inspect_ledger_topic<C: ClientContext + 'static>(
     admin: &Arc<AdminClient<C>>,
     topic: &str,
 ) -> Result<LedgerTopicState, LedgerTopicError> {
-    let partitions = {
-        let (admin, name) = (Arc::clone(admin), topic.to_owned());
-        tokio::task::spawn_blocking(move || {
-            let md = admin
-                .inner()
-                .fetch_metadata(Some(&name), METADATA_TIMEOUT)?;
-            Ok(md
-                .topics()
-                .iter()
-                .find(|t| t.name() == name)
-                .map(|t| (t.error(), t.partitions().len())))
-        })
+    let partitions = super::topics::describe_topic(admin, topic)
         .await
-        .unwrap_or(Err(KafkaError::Canceled))
         .map_err(|source| SinkError::Metadata {
             topic: topic.to_owned(),
             source,
-        })?
-    };
+        })?;
     let partitions = match partitions {
         None | Some((Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART), _)) => {
             return Ok(LedgerTopicState::Missing)

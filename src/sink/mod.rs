@@ -69,4 +69,4 @@ pub use ledger_topic::{
     LedgerTopicState, LEDGER_TOPIC_PARTITIONS,
 };
 pub use producer::{KafkaSink, STATS_INTERVAL_MS};
-pub use topics::TopicManager;
+pub use topics::{describe_topic, TopicManager};

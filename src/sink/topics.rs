@@ -257,3 +257,25 @@ fn topic_state(metadata: &Metadata, topic: &str) -> TopicState {
         Some(err) => TopicState::Refused(err.into()),
     }
 }
+
+/// What one metadata request says of `topic`: `None` when the answer does
+/// not list it, else its error (if any) and its partition count.
+/// librdkafka's call blocks, so it runs on the blocking pool.
+pub async fn describe_topic<C: ClientContext + 'static>(
+    admin: &Arc<AdminClient<C>>,
+    topic: &str,
+) -> Result<Option<(Option<RDKafkaRespErr>, usize)>, KafkaError> {
+    let (admin, name) = (Arc::clone(admin), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let md = admin
+            .inner()
+            .fetch_metadata(Some(&name), METADATA_TIMEOUT)?;
+        Ok(md
+            .topics()
+            .iter()
+            .find(|t| t.name() == name)
+            .map(|t| (t.error(), t.partitions().len())))
+    })
+    .await
+    .unwrap_or(Err(KafkaError::Canceled))
+}

@@ -160,20 +160,7 @@ async fn topic_line(
     topic: &str,
     setting: &str,
 ) -> Line {
-    let state = {
-        let (admin, name) = (Arc::clone(admin), topic.to_string());
-        blocking(move || {
-            let md = admin
-                .inner()
-                .fetch_metadata(Some(&name), METADATA_TIMEOUT)?;
-            Ok(md
-                .topics()
-                .iter()
-                .find(|t| t.name() == name)
-                .map(|t| (t.error(), t.partitions().len())))
-        })
-        .await
-    };
+    let state = crate::sink::describe_topic(admin, topic).await;
     let at = format!("{topic} ({setting})");
     match state {
         Err(source) => Line::fail(
