@@ -33,7 +33,7 @@ use crate::metrics::{self as m, Health};
 use crate::outbox::{MappingConfigError, RecordMapper};
 use crate::progress::ledger::StartGap;
 use crate::sink::{LedgerTopicError, SinkError};
-use crate::source::admin::AdminError;
+use crate::source::admin::{self, AdminError};
 use crate::source::replication::error::Disposition;
 use crate::source::session::{SourceError, SourceSettings};
 
@@ -180,7 +180,17 @@ pub async fn run(
         let result = async {
             let ledger = match &mut ledger {
                 Some(l) => l,
-                None => ledger.insert(ledger::RelayLedger::open(&settings).await?),
+                None => {
+                    // PostgreSQL first: a wrong password or a missing
+                    // privilege must be reported as such (and stop the
+                    // relay) even while Kafka is unreachable too.
+                    let client = admin::connect_sql(&settings.source.conn)
+                        .await
+                        .map_err(SourceError::from)?;
+                    admin::preflight(&client).await.map_err(SourceError::from)?;
+                    drop(client);
+                    ledger.insert(ledger::RelayLedger::open(&settings).await?)
+                }
             };
             Session::run(&settings, &mut mapper, &mut poison, ledger, stop_rx.clone()).await
         }
