@@ -60,9 +60,23 @@ CONF
 echo "== running outboxd run"
 "$bin_dir/outboxd" run --config "$demo/outboxd.toml" 2>"$demo/outboxd.log" &
 relay_pid=$!
-sleep 1
-if ! kill -0 "$relay_pid" 2>/dev/null; then
-  echo "outboxd run exited early:" >&2
+# Events committed before the slot exists are not in it (a genuinely first
+# start): wait until outboxd streams its slot.
+streaming=
+for _ in $(seq 1 120); do
+  if ! kill -0 "$relay_pid" 2>/dev/null; then
+    echo "outboxd run exited early:" >&2
+    cat "$demo/outboxd.log" >&2
+    exit 1
+  fi
+  if [[ $(psql -Atq "$pgurl" -c "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'outboxd' AND active") == 1 ]]; then
+    streaming=1
+    break
+  fi
+  sleep 0.5
+done
+if [[ -z $streaming ]]; then
+  echo "outboxd run did not start streaming within 60 s:" >&2
   cat "$demo/outboxd.log" >&2
   exit 1
 fi
