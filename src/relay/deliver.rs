@@ -194,6 +194,30 @@ impl Session<'_> {
         self.drain_reports(|s| !s.tracker.is_sent(id)).await
     }
 
+    /// A record Kafka refused for itself goes to the `on_error` policy. Its
+    /// tracker slot stays: the DLQ copy (or nothing, when halted) acks it.
+    async fn refused(
+        &mut self,
+        entry: InFlight,
+        refusal: Refusal,
+    ) -> Result<Option<SessionEnd>, RelayError> {
+        let InFlight {
+            id,
+            record,
+            event,
+            identity,
+            received_at,
+            ..
+        } = entry;
+        let stage = Stage::Refused {
+            record,
+            id,
+            received_at,
+        };
+        self.poisoned(event, identity, stage, Cause::Refused(refusal))
+            .await
+    }
+
     /// Sends the records taken back from an ended producer, in WAL order:
     /// confirmed poison to the `on_error` policy, suspects alone, the rest as
     /// usual. A refusal meanwhile adds what was in flight back here; the
@@ -210,23 +234,7 @@ impl Session<'_> {
                 self.poison.verdict(&entry.identity)
             };
             let end = match verdict {
-                Some(Verdict::Confirmed(refusal)) => {
-                    let InFlight {
-                        id,
-                        record,
-                        event,
-                        identity,
-                        received_at,
-                        ..
-                    } = entry;
-                    let stage = Stage::Refused {
-                        record,
-                        id,
-                        received_at,
-                    };
-                    self.poisoned(event, identity, stage, Cause::Refused(refusal))
-                        .await?
-                }
+                Some(Verdict::Confirmed(refusal)) => self.refused(entry, refusal).await?,
                 Some(Verdict::Suspect) => self.trial(entry).await?,
                 None => self.enqueue(entry).await?,
             };
@@ -352,24 +360,7 @@ impl Session<'_> {
                         self.dead_letter_refused(entry, &refusal.error);
                         return Ok(None);
                     }
-                    // The tracker slot stays; the DLQ copy (or nothing, when
-                    // halted) is what acks it.
-                    let InFlight {
-                        id,
-                        record,
-                        event,
-                        identity,
-                        received_at,
-                        ..
-                    } = entry;
-                    let stage = Stage::Refused {
-                        record,
-                        id,
-                        received_at,
-                    };
-                    return self
-                        .poisoned(event, identity, stage, Cause::Refused(refusal))
-                        .await;
+                    return self.refused(entry, refusal).await;
                 }
                 Err(SendError::Rejected { code, message, .. }) if ends_with_the_producer(code) => {
                     // The producer died, most likely of a refusal whose
