@@ -8,15 +8,15 @@
 //! must stay before them so that, once the table is published again, they
 //! can be found and re-published.
 //!
-//! A task on its own SQL connection looks every status interval
-//! ([`admin::observe`]: the WAL position, then the catalog). The position a
-//! look read becomes confirmable when the *next* look finds the table
-//! intact, not the same look: a commit is written to the WAL before it
-//! becomes visible to snapshots, so a change committed just before the
-//! position was read may still be invisible to that same look. One status
-//! interval later it is visible. The relay confirms the minimum of the ack
-//! tracker's position and this ceiling; that costs one or two status
-//! intervals of confirmation lag.
+//! A task on its own SQL connection looks twice per status interval
+//! ([`LOOKS_PER_INTERVAL`]; [`admin::observe`]: the WAL position, then the
+//! catalog). The position a look read becomes confirmable when the *next*
+//! look finds the table intact, not the same look: a commit is written to
+//! the WAL before it becomes visible to snapshots, so a change committed
+//! just before the position was read may still be invisible to that same
+//! look. Half an interval later it is visible. The relay confirms the
+//! minimum of the ack tracker's position and this ceiling; that costs at
+//! most one status interval of confirmation lag after a commit.
 //!
 //! A failing SQL connection is an outage, not a change: the ceiling stops
 //! rising, and the task reconnects at the next interval. An outage that
@@ -41,6 +41,16 @@ use crate::Lsn;
 /// How long the watch may fail to look before the session ends: a few
 /// looks, so a cut connection that reconnects at once is no outage.
 const LOST_AFTER: Duration = Duration::from_secs(5);
+
+/// Looks per `postgres.status_interval`. A commit becomes confirmable at
+/// the second look after it (the first reads a WAL position past it, the
+/// next vouches for that position), so with two looks per interval the
+/// slot trails a commit by at most one interval, and a `kill -9` of the
+/// relay repeats at most the events acknowledged in about the last
+/// interval (issue 8; with one look per interval it was up to two: 1.45
+/// intervals of acks measured by `relay::faults::kill_9_repeats…`). A look
+/// is one small catalog query.
+const LOOKS_PER_INTERVAL: u32 = 2;
 
 /// SQLSTATEs of a server that is going away: admin_shutdown, crash_shutdown,
 /// cannot_connect_now.
@@ -190,7 +200,7 @@ async fn watch_loop(mut l: Looker) {
     let mut changed = l.tx.borrow().changed.is_some();
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(l.interval) => {}
+            _ = tokio::time::sleep(l.interval / LOOKS_PER_INTERVAL) => {}
             _ = l.hurry.notified() => {}
         }
         let now = match l.look().await {

@@ -257,11 +257,21 @@ impl KafkaBroker {
     /// Creates a topic (replication factor 1) and waits until every partition has a leader.
     /// Already existing with the same partition count is fine.
     pub fn create_topic(&self, name: &str, partitions: i32) {
+        self.create_topic_with(name, partitions, &[]);
+    }
+
+    /// As [`create_topic`](Self::create_topic), with topic configs, e.g.
+    /// `("message.timestamp.type", "LogAppendTime")` so each record's
+    /// timestamp says when the broker appended it.
+    pub fn create_topic_with(&self, name: &str, partitions: i32, config: &[(&str, &str)]) {
         let admin = self.admin();
         let opts = AdminOptions::new()
             .operation_timeout(Some(Duration::from_secs(30)))
             .request_timeout(Some(Duration::from_secs(30)));
-        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let topic = config.iter().fold(
+            NewTopic::new(name, partitions, TopicReplication::Fixed(1)),
+            |t, (k, v)| t.set(k, v),
+        );
         let results = block_on(admin.create_topics([&topic], &opts))
             .unwrap_or_else(|e| panic!("create_topics({name}) failed: {e}"));
         for r in results {

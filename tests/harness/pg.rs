@@ -828,6 +828,17 @@ impl PgCluster {
         self.watch();
     }
 
+    /// Stops the server (fast) and starts it again listening on `port`: a
+    /// standby taking over a failed primary's address.
+    pub fn move_to_port(&mut self, port: u16) {
+        self.stop();
+        self.port = port;
+        let port_conf = self.data.join("outboxd_port.conf");
+        std::fs::write(&port_conf, format!("port = {port}\n")).unwrap();
+        chown(&port_conf);
+        self.start_again();
+    }
+
     /// pg_ctl restart -m fast
     pub fn restart(&self) {
         let log = self.log_path.display().to_string();

@@ -10,14 +10,19 @@
 //! naming the gap from the position ledger: before the ledger was wired
 //! into `run`, it created a new slot and skipped the gap silently.
 
+use std::collections::HashSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use outboxd::cli::backfill::BACKFILL_HEADER;
+
 use super::support::{
-    aggregates, confirmed_lsn, env, payload_texts, verify_checking, wait_for, Relay,
+    aggregates, confirmed_lsn, env, ledger_entries, lsn_now, payload_texts, use_ledger_topic,
+    verify_checking, wait_for, Relay,
 };
-use crate::harness::kafka::shared;
+use crate::harness::kafka::{shared, KafkaBroker};
 use crate::harness::outboxd::bin;
+use crate::harness::standby::{promote, start_standby};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_recovers() {
@@ -194,4 +199,235 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
         v.duplicates,
         String::from_utf8_lossy(&out.stdout).trim()
     );
+}
+
+/// Issue 8: a failover to a promoted PostgreSQL standby that has no copy of
+/// the logical slot (every standby before PostgreSQL 17), with events
+/// committed while Kafka was down. Before the ledger, the relay created a
+/// new slot on the promoted server and the events committed on the old
+/// primary after its last ack were gone (300 in the issue), with one INFO
+/// line. Now it stops naming the gap, a restart refuses again, and
+/// `outboxd backfill` from the ledger's commit time plus `run --accept-gap`
+/// bring every committed event to Kafka.
+///
+/// The standby streams from the primary (the harness's cold-copy standby);
+/// the test waits until it has replayed everything the primary committed,
+/// then kills the primary (immediate stop), promotes the standby and moves
+/// it to the primary's address, so the relay's configuration is unchanged:
+/// every event the writer saw committed exists on the new primary (checked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_to_a_promoted_standby_with_kafka_down_refuses_naming_the_gap_and_backfill_recovers(
+) {
+    let broker = tokio::task::block_in_place(KafkaBroker::start);
+    let slot = "failover15";
+    let ledger_topic = format!("{slot}-ledger");
+    let e = env(
+        broker.bootstrap(),
+        slot,
+        "[relay]\nreconnect_backoff_max = \"1s\"\n",
+    );
+    use_ledger_topic(&e, &ledger_topic);
+    let mut standby = tokio::task::block_in_place(|| start_standby(&e.pg, "standby1"));
+    let pg = &e.pg;
+    let aggs = aggregates(10);
+    let mut relay = Relay::start(&e);
+    let mut client = pg.client("app").await;
+    let mut sent = super::support::write(&mut client, slot, &aggs, 500, &[1, 10], 0).await;
+    let acked_end = lsn_now(pg);
+    tokio::task::block_in_place(|| {
+        wait_for("the first events acked", Duration::from_secs(60), || {
+            confirmed_lsn(pg, slot) >= acked_end
+        });
+        wait_for("the ledger to pass them", Duration::from_secs(60), || {
+            ledger_entries(&broker, &ledger_topic)
+                .last()
+                .is_some_and(|(_, l)| l.confirmed_lsn >= acked_end)
+        });
+    });
+
+    // Kafka down; the application goes on committing.
+    broker.pause();
+    let while_down = super::support::write(&mut client, slot, &aggs, 300, &[1, 10], 0).await;
+    sent.extend(while_down.iter().cloned());
+    drop(client);
+    let primary_end = lsn_now(pg);
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the standby to replay the primary's last commit",
+            Duration::from_secs(60),
+            || {
+                let replayed: outboxd::Lsn = standby
+                    .psql("app", "SELECT pg_last_wal_replay_lsn()")
+                    .trim()
+                    .parse()
+                    .unwrap();
+                replayed >= primary_end
+            },
+        );
+        // The primary dies; the standby is promoted and takes its address.
+        pg.crash();
+        promote(&standby);
+        standby.move_to_port(pg.port());
+    });
+    // Committed on the new primary before the relay is back: also a gap.
+    let mut client = standby.client("app").await;
+    let after_promotion = super::support::write(&mut client, slot, &aggs, 100, &[1, 10], 0).await;
+    sent.extend(after_promotion.iter().cloned());
+    drop(client);
+    let rows = standby.psql("app", "SELECT count(*) FROM outbox");
+    assert_eq!(
+        rows.trim(),
+        sent.len().to_string(),
+        "the new primary lacks committed events"
+    );
+    broker.resume();
+
+    let needles = |log: &str| {
+        for needle in [
+            &format!("replication slot \"{slot}\""),
+            "timeline 2, the ledger's is 1",
+            "The ledger (kafka.ledger_topic) has every event relayed up to",
+            "(commit time 20",
+            "the server would resume at",
+            "outboxd backfill --since",
+            "outboxd run --accept-gap",
+        ] {
+            assert!(
+                log.contains(needle),
+                "{needle:?} not in the relay's log:\n{log}"
+            );
+        }
+        assert!(
+            !log.contains("created replication slot"),
+            "the relay created a slot:\n{log}"
+        );
+    };
+    let status = tokio::task::block_in_place(|| relay.wait(Duration::from_secs(90)));
+    let log = relay.log();
+    let status = status.unwrap_or_else(|| panic!("the relay kept running; its log:\n{log}"));
+    assert!(!status.success(), "exit {status:?}; log:\n{log}");
+    needles(&log);
+    let no_slot = || {
+        let slots = standby.psql(
+            "app",
+            &format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}'"),
+        );
+        assert_eq!(slots.trim(), "0", "a slot was created on the new primary");
+    };
+    no_slot();
+
+    let mut again = Relay::start(&e);
+    let status = tokio::task::block_in_place(|| again.wait(Duration::from_secs(60)));
+    let again_log = again.log();
+    let status =
+        status.unwrap_or_else(|| panic!("the restart kept running; its log:\n{again_log}"));
+    assert!(!status.success(), "exit {status:?}; log:\n{again_log}");
+    needles(&again_log);
+    no_slot();
+
+    // The way back, as the error says: backfill from the ledger's commit
+    // time (a little earlier), then --accept-gap once.
+    let ledger = tokio::task::block_in_place(|| ledger_entries(&broker, &ledger_topic))
+        .pop()
+        .map(|(_, l)| l)
+        .expect("a ledger entry");
+    let since = log
+        .split("--since '")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .unwrap_or_else(|| panic!("no --since time in:\n{log}"))
+        .to_owned();
+    assert_eq!(
+        since,
+        outboxd::progress::ledger::format_time_us(ledger.commit_time_us.unwrap()),
+        "the time named is not the ledger's"
+    );
+    let earlier = standby.psql(
+        "app",
+        &format!("SELECT (timestamptz '{since}' - interval '10 seconds')::text"),
+    );
+    let out = Command::new(bin())
+        .args(["backfill", "--config"])
+        .arg(&e.config)
+        .args(["--since", earlier.trim()])
+        .env("OUTBOXD_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "backfill failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let accepted = Relay::start_with(&e, &[], &["--accept-gap"]);
+    tokio::task::block_in_place(|| {
+        wait_for("the new slot to stream", Duration::from_secs(60), || {
+            standby
+                .psql(
+                    "app",
+                    &format!(
+                        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}' AND active"
+                    ),
+                )
+                .trim()
+                == "1"
+        })
+    });
+    let mut client = standby.client("app").await;
+    sent.extend(super::support::write(&mut client, slot, &aggs, 100, &[1, 10], 0).await);
+    let accepted_log = accepted.log();
+    assert!(
+        accepted_log.contains("accepting a gap (--accept-gap)"),
+        "no WARN naming the accepted gap:\n{accepted_log}"
+    );
+    let texts = payload_texts(&standby);
+    let logs = e.dir.path().to_path_buf();
+    let b = &broker;
+    let v = tokio::task::block_in_place(|| {
+        verify_checking(
+            b,
+            &sent,
+            &texts,
+            Duration::from_secs(120),
+            true,
+            true,
+            &logs,
+        )
+    });
+    // Every duplicate is flagged: one of its copies came from the backfill.
+    let flagged: HashSet<String> = tokio::task::block_in_place(|| {
+        ["payment", "order"]
+            .iter()
+            .flat_map(|kind| {
+                let topic = format!("{slot}.{kind}");
+                b.consume_all(&topic, b.record_count(&topic), Duration::from_secs(60))
+            })
+            .filter(|r| r.header(BACKFILL_HEADER).is_some())
+            .map(|r| String::from_utf8(r.header("id").unwrap().to_vec()).unwrap())
+            .collect()
+    });
+    let unflagged = v.duplicated_ids.difference(&flagged).count();
+    assert_eq!(unflagged, 0, "duplicates without a backfilled copy");
+    let gap_ids: HashSet<&str> = while_down
+        .iter()
+        .chain(&after_promotion)
+        .map(|s| s.id.as_str())
+        .collect();
+    let gap_backfilled = gap_ids.iter().filter(|id| flagged.contains(**id)).count();
+    eprintln!(
+        "failover to a promoted standby (PostgreSQL {}) with Kafka down: {} committed ({} while \
+         Kafka was down, {} on the new primary before the relay), 0 lost, {} delivered, {} \
+         duplicates (all flagged); ledger at {} (commit time {since}); gap events backfilled: \
+         {gap_backfilled} of {}; backfill: {}",
+        standby.major(),
+        sent.len(),
+        while_down.len(),
+        after_promotion.len(),
+        v.delivered,
+        v.duplicates,
+        ledger.confirmed_lsn,
+        gap_ids.len(),
+        String::from_utf8_lossy(&out.stdout).trim()
+    );
+    assert_eq!(v.delivered, sent.len());
 }

@@ -49,6 +49,49 @@ pub fn env(brokers: &str, slot: &str, extra: &str) -> Env {
     Env { pg, dir, config }
 }
 
+/// Replaces `from` (which must be there) with `to` in `env`'s config file,
+/// e.g. another `status_interval` or a `ledger_topic` under `[kafka]`.
+pub fn edit_config(env: &Env, from: &str, to: &str) {
+    let text = std::fs::read_to_string(&env.config).unwrap();
+    assert!(text.contains(from), "{from:?} not in the config:\n{text}");
+    std::fs::write(&env.config, text.replacen(from, to, 1)).unwrap();
+}
+
+/// Makes the relay of `env` keep its position ledger in `topic` (one per
+/// test, so a test reads back only its own entries).
+pub fn use_ledger_topic(env: &Env, topic: &str) {
+    edit_config(
+        env,
+        "topic_partitions = 3\n",
+        &format!("topic_partitions = 3\nledger_topic = \"{topic}\"\n"),
+    );
+}
+
+/// Every entry of the ledger topic, in append order, with the broker's
+/// timestamp (the append time on a `LogAppendTime` topic) in ms.
+pub fn ledger_entries(
+    broker: &KafkaBroker,
+    topic: &str,
+) -> Vec<(i64, outboxd::progress::ledger::LedgerEntry)> {
+    let records = broker.consume_all(topic, broker.record_count(topic), Duration::from_secs(30));
+    records
+        .iter()
+        .filter_map(|r| {
+            let entry = outboxd::progress::ledger::LedgerEntry::from_json(r.value.as_deref()?)
+                .unwrap_or_else(|e| panic!("ledger record at offset {}: {e}", r.offset));
+            Some((r.timestamp.expect("ledger record timestamp"), entry))
+        })
+        .collect()
+}
+
+/// Milliseconds since the Unix epoch now (the broker runs on this clock).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 /// `outboxd run` as a child process; killed on drop.
 pub struct Relay {
     pub child: Child,

@@ -1,0 +1,154 @@
+//! Issue 8: the position ledger is never ahead of the acknowledgements,
+//! against a real broker that is paused (SIGSTOP) under load and resumed.
+//! The property test of the writer (`progress::ledger::writer_proptest`)
+//! covers the writer alone; this covers the relay's wiring of it.
+//!
+//! Every topic is made with `message.timestamp.type=LogAppendTime`, so a
+//! record's timestamp is when the broker appended it, on one clock for the
+//! data and the ledger. For every ledger entry (position P, appended at T),
+//! every event whose transaction's commit end LSN (from a test_decoding
+//! observer slot) is at or below P must have been appended before T.
+//!
+//! Why a writer fed the received position instead of the acked one fails
+//! here: while the broker is stopped the relay goes on reading the stream
+//! up to `relay.max_in_flight_events`, so the received position runs far
+//! ahead of the acks; such a writer would hand out an entry for that
+//! position during the pause, and on the resume its single small record
+//! races the queued batches of three partitions (or, once a delivery times
+//! out, precedes their re-sending after the reconnect by seconds): an entry
+//! appended before events at or below its position. Outside the pause the
+//! same writer leads the acks by the linger and one round trip on every
+//! entry, which a millisecond clock catches less reliably; the pause makes
+//! the lead seconds long.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::faults::{commit_end_by_id, join, spawn_writers};
+use super::support::{
+    confirmed_lsn, env, ledger_entries, lsn_now, now_ms, payload_texts, use_ledger_topic, verify,
+    wait_for, Relay,
+};
+use crate::harness::kafka::KafkaBroker;
+
+const APPEND_TIME: (&str, &str) = ("message.timestamp.type", "LogAppendTime");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_entries_never_lead_the_acks_with_the_broker_paused() {
+    let broker = tokio::task::block_in_place(KafkaBroker::start);
+    let slot = "ledgeracks";
+    let ledger_topic = format!("{slot}-ledger");
+    let e = env(broker.bootstrap(), slot, "");
+    use_ledger_topic(&e, &ledger_topic);
+    tokio::task::block_in_place(|| {
+        for kind in ["payment", "order"] {
+            broker.create_topic_with(&format!("{slot}.{kind}"), 3, &[APPEND_TIME]);
+        }
+        // As outboxd makes it (compacted, one partition), plus append times.
+        broker.create_topic_with(
+            &ledger_topic,
+            1,
+            &[("cleanup.policy", "compact"), APPEND_TIME],
+        );
+    });
+    e.pg.psql(
+        "app",
+        "SELECT pg_create_logical_replication_slot('observer', 'test_decoding')",
+    );
+    let relay = Relay::start(&e);
+    let pg = &e.pg;
+    let start = confirmed_lsn(pg, slot);
+    let writers = spawn_writers(&e, slot, 30_000, 30);
+    let b = &broker;
+    tokio::task::block_in_place(|| {
+        wait_for("first confirmations", Duration::from_secs(120), || {
+            confirmed_lsn(pg, slot) > start
+        });
+        wait_for("ledger entries", Duration::from_secs(60), || {
+            ledger_entries(b, &ledger_topic).len() >= 3
+        });
+    });
+    let paused_at_lsn = lsn_now(pg);
+    let paused_at = now_ms();
+    broker.pause();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let received_in_pause = lsn_now(pg);
+    broker.resume();
+    let resumed_at = now_ms();
+    let sent = join(writers).await;
+    let logs = e.dir.path().to_path_buf();
+    let texts = payload_texts(pg);
+    let v = tokio::task::block_in_place(|| {
+        verify(b, &sent, &texts, Duration::from_secs(240), true, &logs)
+    });
+    let end = lsn_now(pg);
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the ledger to pass the end",
+            Duration::from_secs(60),
+            || {
+                ledger_entries(b, &ledger_topic)
+                    .last()
+                    .is_some_and(|(_, l)| l.confirmed_lsn >= end)
+            },
+        )
+    });
+
+    let mut first_append: HashMap<String, i64> = HashMap::new();
+    tokio::task::block_in_place(|| {
+        for kind in ["payment", "order"] {
+            let topic = format!("{slot}.{kind}");
+            for r in b.consume_all(&topic, b.record_count(&topic), Duration::from_secs(60)) {
+                let id = String::from_utf8(r.header("id").unwrap().to_vec()).unwrap();
+                let t = r.timestamp.expect("LogAppendTime");
+                let first = first_append.entry(id).or_insert(t);
+                *first = (*first).min(t);
+            }
+        }
+    });
+    let commit_end = commit_end_by_id(pg);
+    let entries = tokio::task::block_in_place(|| ledger_entries(b, &ledger_topic));
+    let mut checked = 0;
+    let mut closest_ms = i64::MAX;
+    for (appended_at, entry) in &entries {
+        for (id, end) in &commit_end {
+            if *end > entry.confirmed_lsn {
+                continue;
+            }
+            let first = first_append
+                .get(id)
+                .unwrap_or_else(|| panic!("event {id} at or below a ledger entry is not in Kafka"));
+            // Milliseconds: an event and the entry after it may share one.
+            assert!(
+                first <= appended_at,
+                "ledger entry {} appended at {appended_at} leads event {id} (commit end {end}), \
+                 appended only at {first}",
+                entry.confirmed_lsn
+            );
+            closest_ms = closest_ms.min(appended_at - first);
+            checked += 1;
+        }
+    }
+    // The pause must have been tested: entries for positions past it.
+    let after_pause = entries
+        .iter()
+        .filter(|(_, l)| l.confirmed_lsn > paused_at_lsn)
+        .count();
+    let written_in_pause = entries
+        .iter()
+        .filter(|(t, _)| (paused_at..resumed_at).contains(t))
+        .count();
+    eprintln!(
+        "ledger vs acks, broker paused {} ms: {} events, {} delivered, {} duplicates; {} ledger \
+         entries ({after_pause} past the pause position {paused_at_lsn}, WAL at {received_in_pause} \
+         at the resume; {written_in_pause} appended during the pause); {checked} (entry, event) \
+         pairs checked, closest entry {closest_ms} ms after an event it covers",
+        resumed_at - paused_at,
+        sent.len(),
+        v.delivered,
+        v.duplicates,
+        entries.len()
+    );
+    assert!(after_pause > 0, "no ledger entry past the pause");
+    drop(relay);
+}
