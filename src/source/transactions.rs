@@ -7,13 +7,14 @@
 //! as a checkpoint after the transaction's last event: confirming it (and not
 //! the commit LSN) is what keeps the server from resending the transaction.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::outbox::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
 use crate::source::pgoutput::{
     pg_time_to_unix_us, LogicalMessage, Relation, TupleData, TupleValue,
 };
+use crate::source::session::SourceTable;
 use crate::Lsn;
 
 /// What the assembler hands on, in WAL order.
@@ -72,21 +73,28 @@ struct OpenTxn {
 }
 
 pub struct TransactionAssembler {
-    outbox_schema: String,
-    outbox_table: String,
-    /// `None` disables messages as events.
-    message_prefix: Option<String>,
+    /// `(schema, name)` of every outbox table. Several tables share the one
+    /// WAL stream, so their events stay in commit order among themselves.
+    outbox_tables: HashSet<(String, String)>,
+    /// The prefixes of messages that are events; empty disables messages.
+    message_prefixes: HashSet<String>,
     relations: HashMap<u32, Arc<TableInfo>>,
     open: Option<OpenTxn>,
     ignored: IgnoredCounts,
 }
 
 impl TransactionAssembler {
-    pub fn new(outbox_schema: &str, outbox_table: &str, message_prefix: Option<&str>) -> Self {
+    pub fn new(tables: &[SourceTable]) -> Self {
         TransactionAssembler {
-            outbox_schema: outbox_schema.to_string(),
-            outbox_table: outbox_table.to_string(),
-            message_prefix: message_prefix.filter(|p| !p.is_empty()).map(str::to_string),
+            outbox_tables: tables
+                .iter()
+                .map(|t| (t.schema.clone(), t.name.clone()))
+                .collect(),
+            message_prefixes: tables
+                .iter()
+                .filter_map(|t| t.message_prefix.clone())
+                .filter(|p| !p.is_empty())
+                .collect(),
             relations: HashMap::new(),
             open: None,
             ignored: IgnoredCounts::default(),
@@ -171,7 +179,7 @@ impl TransactionAssembler {
                 }
             }
             LogicalMessage::Message(m) => {
-                if self.message_prefix.as_deref() != Some(m.prefix.as_str()) {
+                if !self.message_prefixes.contains(&m.prefix) {
                     self.ignored.other_prefix_messages += 1;
                     return Ok(());
                 }
@@ -255,7 +263,10 @@ impl TransactionAssembler {
     }
 
     fn is_outbox(&self, table: &TableInfo) -> bool {
-        table.schema == self.outbox_schema && table.name == self.outbox_table
+        // Allocates two strings per lookup; a borrowed-key map would avoid
+        // it, but this runs once per published change, next to a Kafka send.
+        self.outbox_tables
+            .contains(&(table.schema.clone(), table.name.clone()))
     }
 
     fn count_change(
