@@ -188,7 +188,9 @@ pub async fn create_publication(client: &Client, t: &Target<'_>) -> Result<(), A
         table
     );
     match client.batch_execute(&sql).await {
-        Ok(()) => tracing::info!(publication = t.publication, %table, "created publication"),
+        Ok(()) => {
+            tracing::info!(publication = t.publication, tables = %table, "created publication")
+        }
         // Another instance created it between our check and now.
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
         Err(e) => {
