@@ -281,9 +281,15 @@ fn reason(
         .expect("a change names a watched table");
     let table = admin::qualified(&t);
     let publication = quote_ident(&s.publication);
+    // A new publication needs every outbox table, not only the changed one.
+    let all = s
+        .targets()
+        .map(|t| admin::qualified(&t))
+        .collect::<Vec<_>>()
+        .join(", ");
     let fix = match change {
         TableChange::PublicationDropped | TableChange::PublicationReplaced => format!(
-            "CREATE PUBLICATION {publication} FOR TABLE {table} \
+            "CREATE PUBLICATION {publication} FOR TABLE {all} \
              WITH (publish = 'insert', publish_via_partition_root = true) if it is gone"
         ),
         TableChange::InsertsNotPublished => {
