@@ -198,3 +198,24 @@ mod environment {
         assert_eq!(c.tables()[0].label(), "x.y");
     }
 }
+
+/// The annotated file's commented `[[outbox]]` example, uncommented in
+/// place of its `[outbox]` tables, is a valid configuration.
+#[test]
+fn the_documented_entries_example_parses() {
+    let example = include_str!("../../config/outboxd.toml");
+    let start = example
+        .find("# [[outbox]]")
+        .expect("the example is documented");
+    let block: String = example[start..]
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| l.trim_start_matches('#').trim_start())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let c = parse(&block).unwrap();
+    let labels: Vec<String> = c.tables().iter().map(|t| t.label()).collect();
+    assert_eq!(labels, ["orders.outbox", "billing.outbox"]);
+    assert_eq!(c.tables()[1].routing.topic, "billing.${event_type}");
+    assert_eq!(c.tables()[1].columns.key, "account_id");
+}
