@@ -324,3 +324,115 @@ fn to_row(table: Arc<TableInfo>, tuple: TupleData) -> Result<Row, AssembleError>
     }
     Ok(Row { table, values })
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::source::pgoutput::{Begin, Commit, Insert, Message, RelationColumn};
+
+    fn relation(oid: u32, schema: &str, name: &str) -> LogicalMessage {
+        LogicalMessage::Relation(Relation {
+            xid: None,
+            oid,
+            namespace: schema.into(),
+            name: name.into(),
+            replica_identity: b'd',
+            columns: vec![RelationColumn {
+                flags: 0,
+                name: "id".into(),
+                type_oid: 25,
+                type_modifier: -1,
+            }],
+        })
+    }
+
+    fn insert(oid: u32, id: &str) -> LogicalMessage {
+        LogicalMessage::Insert(Insert {
+            xid: None,
+            relation_oid: oid,
+            new: TupleData(vec![TupleValue::Text(Bytes::copy_from_slice(
+                id.as_bytes(),
+            ))]),
+        })
+    }
+
+    fn message(prefix: &str) -> LogicalMessage {
+        LogicalMessage::Message(Message {
+            xid: None,
+            transactional: true,
+            lsn: Lsn(10),
+            prefix: prefix.into(),
+            content: Bytes::from_static(b"{}"),
+        })
+    }
+
+    /// Several tables: inserts of every configured table are events, in
+    /// WAL order, with one checkpoint for the transaction; other tables'
+    /// inserts and other prefixes' messages are not.
+    #[test]
+    fn every_configured_table_and_prefix_and_nothing_else() {
+        let table = |schema: &str, name: &str, prefix: Option<&str>| SourceTable {
+            schema: schema.into(),
+            name: name.into(),
+            message_prefix: prefix.map(str::to_owned),
+        };
+        let mut a = TransactionAssembler::new(&[
+            table("orders", "outbox", Some("orders")),
+            table("billing", "events", None),
+        ]);
+        let mut out = Vec::new();
+        let msgs = [
+            relation(1, "orders", "outbox"),
+            relation(2, "billing", "events"),
+            relation(3, "public", "outbox"),
+            LogicalMessage::Begin(Begin {
+                final_lsn: Lsn(20),
+                commit_time: 0,
+                xid: 7,
+            }),
+            insert(2, "b1"),
+            insert(1, "o1"),
+            insert(3, "x1"),
+            message("orders"),
+            message("billing"),
+            insert(2, "b2"),
+            LogicalMessage::Commit(Commit {
+                flags: 0,
+                commit_lsn: Lsn(20),
+                end_lsn: Lsn(30),
+                commit_time: 0,
+            }),
+        ];
+        for m in msgs {
+            a.handle(m, &mut out).unwrap();
+        }
+        let got: Vec<String> = out
+            .iter()
+            .map(|i| match i {
+                SourceItem::Event(e) => match &e.kind {
+                    EventKind::Row(r) => format!(
+                        "{}:{}",
+                        r.table.qualified_name(),
+                        r.values[0].as_str().unwrap()
+                    ),
+                    EventKind::Message { prefix, .. } => format!("message:{prefix}"),
+                },
+                SourceItem::Checkpoint { lsn, events, .. } => format!("checkpoint:{lsn}:{events}"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "billing.events:b1",
+                "orders.outbox:o1",
+                "message:orders",
+                "billing.events:b2",
+                "checkpoint:0/1E:4"
+            ]
+        );
+        assert_eq!(a.ignored().other_table_changes, 1);
+        assert_eq!(a.ignored().other_prefix_messages, 1);
+    }
+}
