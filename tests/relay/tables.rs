@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::support::{env, wait_for, Env, Relay};
-use crate::harness::http::{free_port, Scrape};
+use super::support::{confirmed_lsn, env, lsn_now, wait_for, Env, Relay};
+use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::{shared, Record};
 use crate::harness::outboxd::{bin, wait_with_timeout};
 
@@ -263,4 +263,67 @@ async fn two_tables_written_by_the_same_transactions_are_relayed_each_by_its_map
         .unwrap_or_else(|| panic!("outboxd run kept running; log:\n{}", relay.log()));
     assert!(!status.success(), "log:\n{}", relay.log());
     assert!(relay.log().contains(fix), "log:\n{}", relay.log());
+}
+
+/// The table watch covers every table: the second table leaving the
+/// publication under the running relay halts it before that table's
+/// events, naming the table and the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_second_table_leaving_the_publication_halts_the_relay() {
+    let slot = "twotableswatch";
+    let port = free_port();
+    let e = tables_env(slot, port);
+    let relay = Relay::start(&e);
+    tokio::task::block_in_place(|| {
+        wait_for("the relay streaming", Duration::from_secs(60), || {
+            get(port, "/readyz").is_some_and(|(status, _)| status == 200)
+        })
+    });
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the relay relaying both tables",
+            Duration::from_secs(60),
+            || {
+                e.pg.psql(
+                "app",
+                "INSERT INTO billing.events (account, kind, body) VALUES ('a', 'Warmup', '{}'); \
+                 INSERT INTO orders.outbox (aggregate_type, aggregate_id, event_type, payload) \
+                 VALUES ('order', 'o', 'Warmup', '{}')",
+            );
+                let s = Scrape::take(port);
+                s.get("outboxd_events_published_total", "table=\"billing.events\"")
+                    .is_some_and(|n| n > 0.0)
+                    && s.get("outboxd_events_published_total", "table=\"orders.outbox\"")
+                        .is_some_and(|n| n > 0.0)
+            },
+        )
+    });
+    e.pg.psql("app", "ALTER PUBLICATION outboxd DROP TABLE billing.events");
+    let changed_at = lsn_now(&e.pg);
+    e.pg.psql(
+        "app",
+        "INSERT INTO billing.events (account, kind, body) \
+         SELECT 'a', 'Lost', '{}' FROM generate_series(1, 20)",
+    );
+    let readyz = || get(port, "/readyz").unwrap_or((0, "no answer".into()));
+    tokio::task::block_in_place(|| {
+        wait_for("a halt", Duration::from_secs(30), || readyz().0 == 503)
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, reason) = readyz();
+    for needle in [
+        "\"billing\".\"events\"",
+        "ALTER PUBLICATION \"outboxd\" ADD TABLE \"billing\".\"events\"",
+    ] {
+        assert!(
+            reason.contains(needle),
+            "{needle:?} not in /readyz: {reason}"
+        );
+    }
+    let confirmed = confirmed_lsn(&e.pg, slot);
+    assert!(
+        confirmed < changed_at,
+        "the slot confirmed {confirmed}, past the change at {changed_at}; log:\n{}",
+        relay.log()
+    );
 }
