@@ -416,4 +416,36 @@ mod tests {
         );
         assert_eq!(m.size, 4 + BACKFILL_HEADER.len() + 4);
     }
+
+    #[test]
+    fn the_table_is_the_only_one_or_the_one_named() {
+        let cfg = |outbox: &str| {
+            Config::from_toml_str_with_env(
+                &format!("{outbox}\n[postgres]\nurl = \"postgresql://u@h/db\"\n"),
+                |_| None,
+            )
+            .unwrap()
+        };
+        let one = cfg("[outbox]\ntable = \"events\"");
+        assert_eq!(choose_table(&one, None).unwrap().label(), "public.events");
+        assert_eq!(
+            choose_table(&one, Some("events")).unwrap().label(),
+            "public.events"
+        );
+        let two = cfg("[[outbox]]\ntable = \"a.outbox\"\n[[outbox]]\ntable = \"b.outbox\"");
+        let e = choose_table(&two, None).unwrap_err();
+        assert!(
+            e.contains("--table") && e.contains("a.outbox, b.outbox"),
+            "{e}"
+        );
+        assert_eq!(
+            choose_table(&two, Some("b.outbox")).unwrap().key,
+            "outbox[1]"
+        );
+        let e = choose_table(&two, Some("c.outbox")).unwrap_err();
+        assert!(
+            e.contains("c.outbox") && e.contains("a.outbox, b.outbox"),
+            "{e}"
+        );
+    }
 }
