@@ -94,6 +94,10 @@ enum Command {
         /// Rows read per query.
         #[arg(long, default_value_t = backfill::DEFAULT_BATCH)]
         batch_size: usize,
+        /// The outbox table to read (schema.name), when [[outbox]] lists
+        /// several; one table per backfill.
+        #[arg(long)]
+        table: Option<String>,
     },
     /// Check that PostgreSQL and Kafka are ready for `run`, creating nothing.
     /// Exit code 0: ready; 1: a check failed; 2: unreadable configuration.
@@ -209,6 +213,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             time_column,
             batch_size,
+            table,
         } => {
             let (cfg, source) = load(config.as_deref(), !dry_run)?;
             let opts = backfill::BackfillOptions {
@@ -217,6 +222,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 dry_run,
                 time_column,
                 batch: batch_size,
+                table,
             };
             let progress = backfill::Progress::for_stderr();
             let summary = backfill::run(&cfg, &source, &opts, &progress, shutdown_signal())

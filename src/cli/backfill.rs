@@ -23,7 +23,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::{Config, OnError};
+use crate::config::{Config, OnError, OutboxTable};
 use crate::outbox::{KafkaRecord, MappingConfigError, OutboxEvent, RecordMapper};
 use crate::sink::SinkError;
 use crate::source::admin::{self, AdminError};
@@ -51,6 +51,10 @@ pub struct BackfillOptions {
     /// and `created_at`.
     pub time_column: Option<String>,
     pub batch: usize,
+    /// `--table schema.name`: which `[[outbox]]` table to read; needed only
+    /// when several are configured (one table per backfill, so each run's
+    /// summary and window are about one table).
+    pub table: Option<String>,
 }
 
 /// Why a backfill could not start, or stopped.
@@ -95,6 +99,8 @@ pub enum BackfillError {
     },
     #[error("--until ({until}) is not after --since ({since}): the window holds no time")]
     EmptyWindow { since: String, until: String },
+    #[error("{0}")]
+    TableChoice(String),
     #[error(transparent)]
     Mapping(#[from] MappingConfigError),
     #[error(transparent)]
@@ -207,6 +213,44 @@ impl fmt::Display for Summary {
     }
 }
 
+/// The table a backfill reads: the one named by `--table` (`schema.name`,
+/// or `name` for `public.name`), or the only one configured.
+pub fn choose_table(cfg: &Config, wanted: Option<&str>) -> Result<OutboxTable, String> {
+    let tables = cfg.tables();
+    let labels = || {
+        tables
+            .iter()
+            .map(OutboxTable::label)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match wanted {
+        Some(w) => {
+            let w = if w.contains('.') {
+                w.to_owned()
+            } else {
+                format!("public.{w}")
+            };
+            tables
+                .iter()
+                .find(|t| t.label() == w)
+                .cloned()
+                .ok_or_else(|| {
+                    format!(
+                        "--table {w} is not a configured outbox table; the tables are {}",
+                        labels()
+                    )
+                })
+        }
+        None if tables.len() == 1 => Ok(tables[0].clone()),
+        None => Err(format!(
+            "{} outbox tables are configured; name the one to backfill with --table (one of {})",
+            tables.len(),
+            labels()
+        )),
+    }
+}
+
 /// The record a backfilled event becomes: the relay's, plus the header.
 pub fn mark(mut record: KafkaRecord) -> KafkaRecord {
     let header: (Arc<str>, bytes::Bytes) = (
@@ -229,20 +273,21 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<Summary, BackfillError> {
     let started = Instant::now();
-    let mut mapper = RecordMapper::new(&cfg.outbox.columns, &cfg.routing)?;
+    let table = choose_table(cfg, opts.table.as_deref()).map_err(BackfillError::TableChoice)?;
+    let mut mapper = RecordMapper::new(&table.columns, &table.routing)?;
     let client = admin::connect_sql(&source.conn).await?;
     let mut reader = rows::RowReader::open(
         &client,
-        &source.table_schema,
-        &source.table_name,
-        &cfg.outbox.columns,
+        table.table.schema(),
+        table.table.name(),
+        &table.columns,
         opts,
     )
     .await?;
     let (since, until) = reader.window();
     let mut summary = Summary {
         dry_run: opts.dry_run,
-        table: format!("{}.{}", source.table_schema, source.table_name),
+        table: table.label(),
         time_column: reader.time_column().to_owned(),
         since: since.to_owned(),
         until: until.map(str::to_owned),
@@ -370,5 +415,37 @@ mod tests {
             Some(&b"true"[..])
         );
         assert_eq!(m.size, 4 + BACKFILL_HEADER.len() + 4);
+    }
+
+    #[test]
+    fn the_table_is_the_only_one_or_the_one_named() {
+        let cfg = |outbox: &str| {
+            Config::from_toml_str_with_env(
+                &format!("{outbox}\n[postgres]\nurl = \"postgresql://u@h/db\"\n"),
+                |_| None,
+            )
+            .unwrap()
+        };
+        let one = cfg("[outbox]\ntable = \"events\"");
+        assert_eq!(choose_table(&one, None).unwrap().label(), "public.events");
+        assert_eq!(
+            choose_table(&one, Some("events")).unwrap().label(),
+            "public.events"
+        );
+        let two = cfg("[[outbox]]\ntable = \"a.outbox\"\n[[outbox]]\ntable = \"b.outbox\"");
+        let e = choose_table(&two, None).unwrap_err();
+        assert!(
+            e.contains("--table") && e.contains("a.outbox, b.outbox"),
+            "{e}"
+        );
+        assert_eq!(
+            choose_table(&two, Some("b.outbox")).unwrap().key,
+            "outbox[1]"
+        );
+        let e = choose_table(&two, Some("c.outbox")).unwrap_err();
+        assert!(
+            e.contains("c.outbox") && e.contains("a.outbox, b.outbox"),
+            "{e}"
+        );
     }
 }

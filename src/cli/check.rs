@@ -177,10 +177,19 @@ pub async fn run(path: Option<&Path>, out: &mut dyn Write) -> u8 {
         (Ok(()), Ok(_)) => report.add(Line::ok(
             "config",
             format!(
-                "{source_name}: valid (slot {:?}, publication {:?}, table {}, brokers {})\n{}",
+                "{source_name}: valid (slot {:?}, publication {:?}, {} {}, brokers {})\n{}",
                 cfg.postgres.slot,
                 cfg.postgres.publication,
-                cfg.outbox.table,
+                if cfg.tables().len() == 1 {
+                    "table"
+                } else {
+                    "tables"
+                },
+                cfg.tables()
+                    .iter()
+                    .map(|t| t.table.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 cfg.kafka.brokers.as_deref().unwrap_or_default(),
                 effective(&loaded.settings),
             ),

@@ -3,7 +3,7 @@
 
 use crate::config::{Config, ConfigError};
 use crate::source::replication::ConnParams;
-use crate::source::session::SourceSettings;
+use crate::source::session::{SourceSettings, SourceTable};
 
 pub fn source_settings(cfg: &Config) -> Result<SourceSettings, ConfigError> {
     let mut conn = ConnParams::from_url(&cfg.postgres.url)
@@ -18,12 +18,18 @@ pub fn source_settings(cfg: &Config) -> Result<SourceSettings, ConfigError> {
         conn,
         slot: cfg.postgres.slot.clone(),
         publication: cfg.postgres.publication.clone(),
-        table_schema: cfg.outbox.table_schema().to_string(),
-        table_name: cfg.outbox.table_name().to_string(),
+        tables: cfg
+            .tables()
+            .into_iter()
+            .map(|t| SourceTable {
+                schema: t.table.schema().to_owned(),
+                name: t.table.name().to_owned(),
+                message_prefix: t.message_prefix,
+            })
+            .collect(),
         create_slot: cfg.postgres.create_slot,
         create_publication: cfg.postgres.create_publication,
         failover_slot: cfg.postgres.failover_slot,
-        message_prefix: cfg.outbox.message_prefix().map(str::to_string),
         status_interval: cfg.postgres.status_interval,
     })
 }

@@ -53,7 +53,12 @@ pub async fn run(
     let mut printed: u64 = 0;
     let limit = opts.limit.unwrap_or(u64::MAX);
     tokio::pin!(stop);
-    let table = format!("{}.{}", settings.table_schema, settings.table_name);
+    let table = settings
+        .tables
+        .iter()
+        .map(|t| format!("{}.{}", t.schema, t.name))
+        .collect::<Vec<_>>()
+        .join(", ");
 
     while printed < limit {
         let streamed = tokio::select! {

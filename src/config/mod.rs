@@ -12,6 +12,7 @@ pub mod kafka;
 pub mod log;
 pub mod metrics;
 pub mod outbox;
+pub mod outbox_tables;
 pub mod overrides;
 pub mod postgres;
 mod redact;
@@ -21,6 +22,8 @@ pub mod units;
 
 #[cfg(test)]
 mod env_tests;
+#[cfg(test)]
+mod outbox_tables_tests;
 #[cfg(test)]
 mod redact_tests;
 #[cfg(test)]
@@ -40,6 +43,7 @@ pub use kafka::KafkaConfig;
 pub use log::{LogConfig, LogFormat};
 pub use metrics::MetricsConfig;
 pub use outbox::{ColumnsConfig, OutboxConfig};
+pub use outbox_tables::{OutboxEntry, OutboxSection, OutboxTable};
 pub use overrides::Origin;
 
 pub use postgres::{PasswordSource, PostgresConfig};
@@ -52,7 +56,8 @@ pub use routing::{RoutingConfig, RoutingRule, TemplatePart, ValueFormat};
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub postgres: PostgresConfig,
-    pub outbox: OutboxConfig,
+    /// `[outbox]` or `[[outbox]]`; read it through [`Config::tables`].
+    pub outbox: OutboxSection,
     pub kafka: KafkaConfig,
     pub routing: RoutingConfig,
     pub relay: RelayConfig,
@@ -153,10 +158,12 @@ impl Config {
             })
             .collect();
         for (key, default) in overrides::documented_defaults() {
-            if !settings
-                .iter()
-                .any(|s| s.key == key || s.key.starts_with(&format!("{key}.")))
-            {
+            // `outbox` set as `[[outbox]]` entries covers `outbox.table` etc.
+            if !settings.iter().any(|s| {
+                s.key == key
+                    || s.key.starts_with(&format!("{key}."))
+                    || key.starts_with(&format!("{}.", s.key))
+            }) {
                 settings.push(Setting::new(key.to_owned(), default, Origin::Default));
             }
         }
@@ -187,12 +194,17 @@ impl Config {
     /// Stops at the first problem, which is named by its dotted key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.postgres.validate()?;
-        self.outbox.validate()?;
+        self.outbox.validate(&self.routing)?;
         self.kafka.validate()?;
-        self.routing.validate(&self.outbox.columns)?;
         self.relay.validate()?;
         self.log.validate()?;
         Ok(())
+    }
+
+    /// Every outbox table, with its columns and resolved routing, in the
+    /// order configured (one for `[outbox]`).
+    pub fn tables(&self) -> Vec<OutboxTable> {
+        self.outbox.tables(&self.routing)
     }
 
     /// [`Config::validate`] plus what only the relay needs: `kafka.brokers`.

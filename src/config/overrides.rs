@@ -186,6 +186,23 @@ pub fn path_of(var: &str) -> Option<Result<Vec<String>, ConfigError>> {
 }
 
 fn parse_path(var: &str, rest: &str) -> Result<Vec<String>, ConfigError> {
+    // `[[outbox]]` entries: OUTBOXD_OUTBOX__<index>__<KEY>, the key being one
+    // of `[outbox]`'s or, under ROUTING__, one of `[routing]`'s.
+    let entry = rest
+        .strip_prefix("OUTBOX__")
+        .and_then(|r| r.split_once(SEPARATOR))
+        .filter(|(i, _)| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()));
+    if let Some((index, key)) = entry {
+        let mut path = vec!["outbox".to_owned(), index.to_owned()];
+        if let Some(routing) = key.strip_prefix("ROUTING__") {
+            let mut inner = parse_path(var, &format!("ROUTING__{routing}"))?;
+            path.append(&mut inner);
+        } else {
+            let mut inner = parse_path(var, &format!("OUTBOX__{key}"))?;
+            path.extend(inner.drain(1..));
+        }
+        return Ok(path);
+    }
     let unknown = |what: String| ConfigError::invalid(var, what);
     for free in FREE_TABLES {
         let encoded = free.replace('.', SEPARATOR).to_ascii_uppercase() + SEPARATOR;
@@ -252,7 +269,11 @@ fn decode_property(name: &str) -> String {
 /// The value of `var` for the key at `path`, typed by the schema.
 fn typed(var: &str, path: &[String], raw: &str) -> Result<Value, ConfigError> {
     let dotted = path.join(".");
-    let kind = schema().kinds.get(&dotted).copied().unwrap_or(Kind::String);
+    let kind = schema()
+        .kinds
+        .get(&schema_key(path))
+        .copied()
+        .unwrap_or(Kind::String);
     let as_toml = |what: &str| {
         toml::from_str::<Table>(&format!("v = {raw}"))
             .ok()
@@ -292,6 +313,20 @@ fn typed(var: &str, path: &[String], raw: &str) -> Result<Value, ConfigError> {
     }
 }
 
+/// The documented key a path stands for: an `[[outbox]]` entry's keys are
+/// `[outbox]`'s (`outbox.0.table` -> `outbox.table`) or `[routing]`'s.
+fn schema_key(path: &[String]) -> String {
+    match path {
+        [outbox, index, rest @ ..] if outbox == "outbox" && index.parse::<usize>().is_ok() => {
+            match rest.first().map(String::as_str) {
+                Some("routing") => rest.join("."),
+                _ => format!("outbox.{}", rest.join(".")),
+            }
+        }
+        _ => path.join("."),
+    }
+}
+
 /// The overrides among `vars`, sorted by variable name (so two variables
 /// for the same key resolve the same way every time: the later name wins).
 pub fn collect<'a>(
@@ -318,10 +353,35 @@ pub fn collect<'a>(
 pub fn apply(table: &mut Table, o: &Override) -> Result<(), ConfigError> {
     let (last, parents) = o.path.split_last().expect("a path has a key");
     let mut at = table;
-    for (i, name) in parents.iter().enumerate() {
-        let entry = at
-            .entry(name.clone())
-            .or_insert_with(|| Value::Table(Table::new()));
+    let mut parents = parents.iter().enumerate().peekable();
+    while let Some((i, name)) = parents.next() {
+        let index = parents
+            .peek()
+            .and_then(|(_, n)| n.parse::<usize>().ok())
+            .filter(|_| name == "outbox");
+        let entry = at.entry(name.clone()).or_insert_with(|| match index {
+            Some(_) => Value::Array(Vec::new()),
+            None => Value::Table(Table::new()),
+        });
+        let entry = match (index, entry) {
+            // `[[outbox]]` entry `index`: created (with the ones before it)
+            // when the file has fewer.
+            (Some(index), Value::Array(entries)) => {
+                parents.next();
+                while entries.len() <= index {
+                    entries.push(Value::Table(Table::new()));
+                }
+                &mut entries[index]
+            }
+            (Some(_), _) => {
+                return Err(ConfigError::invalid(
+                    &o.var,
+                    "names an [[outbox]] entry, but the file has a single [outbox] table; \
+                     write [[outbox]] entries in the file, or use OUTBOXD_OUTBOX__<KEY>",
+                ))
+            }
+            (None, entry) => entry,
+        };
         at = match entry {
             Value::Table(t) => t,
             _ => {
@@ -568,7 +628,7 @@ mod tests {
             .unwrap();
             let c = &loaded.config;
             c.validate_for_relay().unwrap();
-            assert_eq!(c.outbox.columns.id, "event_id");
+            assert_eq!(c.tables()[0].columns.id, "event_id");
             assert_eq!(c.kafka.properties["sasl.mechanisms"], "SCRAM-SHA-512");
             assert_eq!(c.kafka.properties["sasl.password"], "s3cret");
             // Listed masked: the URL's password and the SASL password.

@@ -106,16 +106,16 @@ fn zero_postgres_intervals() {
 fn table_name_format() {
     for bad in ["", "a.b.c", ".outbox", "public.", "\"Outbox\""] {
         let mut c = base();
-        c.outbox.table = crate::config::outbox::TableRef::Dotted(bad.to_owned());
+        single(&mut c.outbox).table = crate::config::outbox::TableRef::Dotted(bad.to_owned());
         assert_invalid(&c, "outbox.table", "schema.table");
     }
     for good in ["my table", "Sales.Outbox Events", "ventes.événements"] {
         let mut c = base();
-        c.outbox.table = crate::config::outbox::TableRef::Dotted(good.to_owned());
+        single(&mut c.outbox).table = crate::config::outbox::TableRef::Dotted(good.to_owned());
         c.validate().unwrap();
     }
     let mut c = base();
-    c.outbox.table = crate::config::outbox::TableRef::Parts {
+    single(&mut c.outbox).table = crate::config::outbox::TableRef::Parts {
         schema: "s".into(),
         name: "x".repeat(64),
     };
@@ -125,10 +125,10 @@ fn table_name_format() {
 #[test]
 fn required_columns_non_empty() {
     let mut c = base();
-    c.outbox.columns.event_type = String::new();
+    single(&mut c.outbox).columns.event_type = String::new();
     assert_invalid(&c, "outbox.columns.event_type", "required");
     let mut c = base();
-    c.outbox.columns.headers = "\"Headers\"".into();
+    single(&mut c.outbox).columns.headers = "\"Headers\"".into();
     assert_invalid(&c, "outbox.columns.headers", "without quotes");
 }
 
@@ -329,4 +329,12 @@ fn standby_poll_interval_not_zero() {
     let mut c = base();
     c.relay.standby_poll_interval = Duration::ZERO;
     assert_invalid(&c, "relay.standby_poll_interval", "greater than zero");
+}
+
+/// The `[outbox]` of a single-table config, to edit.
+fn single(o: &mut crate::config::OutboxSection) -> &mut crate::config::OutboxConfig {
+    match o {
+        crate::config::OutboxSection::Single(o) => o,
+        crate::config::OutboxSection::Entries(_) => panic!("a single [outbox] was expected"),
+    }
 }

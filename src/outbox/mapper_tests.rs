@@ -1105,3 +1105,60 @@ proptest! {
         }
     }
 }
+
+/// Several tables: a row by its relation's table, a message by its prefix,
+/// each with that entry's columns and routing; the label follows.
+#[test]
+fn table_mappers_map_each_event_by_its_table() {
+    let cfg = crate::config::Config::from_toml_str_with_env(
+        "[postgres]\nurl = \"postgresql://u@h/db\"\n\
+         [routing]\ntopic = \"orders.${aggregate_type}\"\n\
+         [[outbox]]\ntable = \"public.outbox\"\n\
+         [[outbox]]\ntable = \"billing.events\"\nmessage_prefix = \"billing\"\n\
+         [outbox.columns]\nkey = \"account\"\n\
+         [outbox.routing]\ntopic = \"billing.${event_type}\"\n",
+        |_| None,
+    )
+    .unwrap();
+    let mut mappers = crate::outbox::TableMappers::new(&cfg.tables()).unwrap();
+    let values = [
+        Some(EVENT_ID),
+        Some("payment"),
+        Some(PAYMENT_ID),
+        Some("payment.completed"),
+        Some(PAYLOAD),
+    ];
+    let columns = |key: &'static str| {
+        [
+            ("id", UUID),
+            ("aggregate_type", TEXT),
+            (key, TEXT),
+            ("event_type", TEXT),
+            ("payload", JSONB),
+        ]
+    };
+    let orders = row(&table(&columns("aggregate_id")), &values);
+    let mut billing_table = (*table(&columns("account"))).clone();
+    billing_table.schema = "billing".into();
+    billing_table.name = "events".into();
+    let billing = row(&Arc::new(billing_table), &values);
+    let r = mappers.map(&orders).unwrap();
+    assert_eq!(&*r.topic, "orders.payment");
+    assert_eq!(mappers.label(&orders), "public.outbox");
+    let r = mappers.map(&billing).unwrap();
+    assert_eq!(&*r.topic, "billing.payment.completed");
+    assert_eq!(r.key.as_ref().map(text), Some(PAYMENT_ID));
+    assert_eq!(mappers.label(&billing), "billing.events");
+    let content = format!(
+        r#"{{"id":"{EVENT_ID}","aggregate_type":"payment","account":"acc-1",
+            "event_type":"invoice.sent","payload":{PAYLOAD}}}"#
+    );
+    let mut m = message(&content);
+    if let EventKind::Message { prefix, .. } = &mut m.kind {
+        *prefix = "billing".into();
+    }
+    let r = mappers.map(&m).unwrap();
+    assert_eq!(&*r.topic, "billing.invoice.sent");
+    assert_eq!(r.key.as_ref().map(text), Some("acc-1"));
+    assert_eq!(mappers.label(&m), "billing.events");
+}

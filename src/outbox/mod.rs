@@ -12,8 +12,10 @@ pub mod mapper;
 mod message;
 pub mod record;
 mod route;
+mod tables;
 pub mod topic;
 
 pub use event::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
 pub use mapper::{MappingConfigError, MappingError, RecordMapper};
 pub use record::KafkaRecord;
+pub use tables::TableMappers;

@@ -546,18 +546,22 @@ impl Session<'_> {
             "acked"
         );
         let _ = self.tracker.ack(entry.id);
-        // Per-topic handles, created on a topic's first ack only.
-        if !self.published.contains_key(&entry.record.topic) {
-            let t = entry.record.topic.to_string();
+        // Per-table and topic handles, created on their first ack only.
+        let key = (
+            self.mapper.label(&entry.event).to_owned(),
+            Arc::clone(&entry.record.topic),
+        );
+        if !self.published.contains_key(&key) {
+            let (table, t) = (key.0.clone(), entry.record.topic.to_string());
             self.published.insert(
-                Arc::clone(&entry.record.topic),
+                key.clone(),
                 (
-                    metrics::counter!(m::EVENTS_PUBLISHED, "topic" => t.clone()),
-                    metrics::counter!(m::BYTES_PUBLISHED, "topic" => t),
+                    metrics::counter!(m::EVENTS_PUBLISHED, "topic" => t.clone(), "table" => table.clone()),
+                    metrics::counter!(m::BYTES_PUBLISHED, "topic" => t, "table" => table),
                 ),
             );
         }
-        let (events, bytes) = &self.published[&entry.record.topic];
+        let (events, bytes) = &self.published[&key];
         events.increment(1);
         bytes.increment(entry.record.size as u64);
         let now_us = std::time::SystemTime::now()

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 
 use crate::config::{Config, OnError};
 use crate::metrics::{self as m, Health};
-use crate::outbox::{MappingConfigError, RecordMapper};
+use crate::outbox::{MappingConfigError, TableMappers};
 use crate::progress::ledger::StartGap;
 use crate::sink::{LedgerTopicError, SinkError};
 use crate::source::admin::{self, AdminError};
@@ -164,10 +164,10 @@ pub async fn run(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    let mut mapper = RecordMapper::new(&settings.config.outbox.columns, &settings.config.routing)?;
+    let mut mapper = TableMappers::new(&settings.config.tables())?;
     let mut poison = PoisonMemory::default();
     let relay = settings.config.relay.clone();
-    register_metrics(&settings.config);
+    register_metrics(&settings.config, &mapper);
     // Opened before the first session, again after a failure that
     // reconnecting may fix (Kafka unreachable at start).
     let mut ledger: Option<ledger::RelayLedger> = None;
@@ -299,14 +299,17 @@ pub async fn run(
 
 /// The configured limits, and every known label value at 0, so each series
 /// exists from the start (rate() and absent() need that).
-fn register_metrics(config: &Config) {
+fn register_metrics(config: &Config, mappers: &TableMappers) {
     metrics::gauge!(m::IN_FLIGHT_EVENTS_LIMIT).set(config.relay.max_in_flight_events as f64);
     metrics::gauge!(m::IN_FLIGHT_BYTES_LIMIT).set(config.relay.max_in_flight_bytes as f64);
     metrics::gauge!(m::HALTED).set(0.0);
     for cause in ReconnectCause::ALL {
         metrics::counter!(m::RECONNECTS, "cause" => cause.label()).increment(0);
     }
-    for reason in poison::DEAD_LETTER_REASONS {
-        metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => reason).increment(0);
+    for table in mappers.labels() {
+        for reason in poison::DEAD_LETTER_REASONS {
+            metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => reason, "table" => table.to_owned())
+                .increment(0);
+        }
     }
 }

@@ -175,7 +175,9 @@ impl<'a> Session<'a> {
             }
         };
         tracing::warn!(lsn = %event.commit_lsn, xid = event.xid, %error, "event sent to the dead-letter topic");
-        metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => cause.label()).increment(1);
+        let table = self.mapper.label(&event).to_owned();
+        metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => cause.label(), "table" => table)
+            .increment(1);
         self.ensure_topic(dlq).await?;
         let (id, received_at) = match stage {
             Stage::Refused {

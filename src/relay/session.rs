@@ -31,7 +31,7 @@ use super::poison::{EventIdentity, PoisonMemory};
 use super::table_watch::{TableWatch, WatchNews};
 use super::{RelayError, RelaySettings};
 use crate::metrics as m;
-use crate::outbox::{KafkaRecord, OutboxEvent, RecordMapper};
+use crate::outbox::{KafkaRecord, OutboxEvent, TableMappers};
 use crate::progress::ledger::LedgerWriter;
 use crate::progress::{AckTracker, DeliveryId};
 use crate::sink::{KafkaSink, TopicManager};
@@ -126,7 +126,7 @@ pub(crate) struct Session<'a> {
     /// The driver said the open transaction is complete after a drain
     /// request: nothing more comes.
     drained: bool,
-    pub(super) mapper: &'a mut RecordMapper,
+    pub(super) mapper: &'a mut TableMappers,
     pub(super) poison: &'a mut PoisonMemory,
     pub(super) sink: KafkaSink,
     pub(super) topics: TopicManager,
@@ -140,7 +140,8 @@ pub(crate) struct Session<'a> {
     pub(super) ordinal: u32,
     /// Set when a poison event stopped the relay (`on_error = "stop"`).
     pub(super) halted: Option<String>,
-    pub(super) published: HashMap<Arc<str>, (Counter, Counter)>,
+    /// By (table label, topic).
+    pub(super) published: HashMap<(String, Arc<str>), (Counter, Counter)>,
     /// When the message being processed arrived.
     pub(super) received_at: Instant,
     filtered: m::Filtered,
@@ -183,7 +184,7 @@ impl HotMetrics {
 impl<'a> Session<'a> {
     pub(crate) async fn run(
         settings: &'a RelaySettings,
-        mapper: &'a mut RecordMapper,
+        mapper: &'a mut TableMappers,
         poison: &'a mut PoisonMemory,
         ledger: &'a mut RelayLedger,
         mut stop: watch::Receiver<bool>,

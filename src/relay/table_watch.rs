@@ -105,19 +105,20 @@ impl TableWatch {
         settings.conn.application_name = format!("{}-watch", settings.conn.application_name);
         let settings = &settings;
         let client = admin::connect_sql(&settings.conn).await?;
-        let first = admin::observe(&client, &settings.target()).await?;
+        let targets: Vec<_> = settings.targets().collect();
+        let first = admin::observe(&client, &targets).await?;
         let (tx, state) = watch::channel(WatchState::default());
         let ceiling = ConfirmCeiling::new(start);
         let hurry = Arc::new(Notify::new());
         // The session checked the table a moment ago; if it changed since,
         // this first look already says so.
-        if let Err(change) = admin::judge(&first.identity, &first.identity) {
-            tx.send_modify(|s| s.changed = Some(reason(settings, change, start, &first)));
+        if let Err((i, change)) = admin::judge_all(&first.identities, &first.identities) {
+            tx.send_modify(|s| s.changed = Some(reason(settings, i, change, start, &first)));
         }
         let task = tokio::spawn(watch_loop(Looker {
             settings: settings.clone(),
             client: Some(client),
-            start: first.identity,
+            start: first.identities.clone(),
             last_intact: first,
             ceiling: ceiling.clone(),
             tx,
@@ -181,7 +182,8 @@ impl TableWatch {
 struct Looker {
     settings: SourceSettings,
     client: Option<Client>,
-    start: admin::TableIdentity,
+    /// Each table's identity at the start, in configuration order.
+    start: Vec<admin::TableIdentity>,
     /// The latest look that found the table intact.
     last_intact: Observation,
     ceiling: ConfirmCeiling,
@@ -239,14 +241,14 @@ async fn watch_loop(mut l: Looker) {
         if changed {
             continue;
         }
-        match admin::judge(&l.start, &now.identity) {
+        match admin::judge_all(&l.start, &now.identities) {
             Ok(()) => {
                 l.ceiling.raise(l.last_intact.lsn);
                 l.last_intact = now;
                 l.tx.send_modify(|s| s.looks += 1);
             }
-            Err(change) => {
-                let reason = reason(&l.settings, change, l.ceiling.get(), &l.last_intact);
+            Err((i, change)) => {
+                let reason = reason(&l.settings, i, change, l.ceiling.get(), &l.last_intact);
                 l.tx.send_modify(|s| {
                     s.changed = Some(reason);
                     s.looks += 1;
@@ -268,20 +270,36 @@ impl Looker {
                 admin::connect_sql(&self.settings.conn).await?
             }
         };
-        let now = admin::observe(&client, &self.settings.target()).await?;
+        let targets: Vec<_> = self.settings.targets().collect();
+        let now = admin::observe(&client, &targets).await?;
         self.client = Some(client);
         Ok(now)
     }
 }
 
 /// The halt reason: what changed, what was kept, how to recover.
-fn reason(s: &SourceSettings, change: TableChange, kept: Lsn, last: &Observation) -> String {
-    let t = s.target();
+fn reason(
+    s: &SourceSettings,
+    table: usize,
+    change: TableChange,
+    kept: Lsn,
+    last: &Observation,
+) -> String {
+    let t = s
+        .targets()
+        .nth(table)
+        .expect("a change names a watched table");
     let table = admin::qualified(&t);
     let publication = quote_ident(&s.publication);
+    // A new publication needs every outbox table, not only the changed one.
+    let all = s
+        .targets()
+        .map(|t| admin::qualified(&t))
+        .collect::<Vec<_>>()
+        .join(", ");
     let fix = match change {
         TableChange::PublicationDropped | TableChange::PublicationReplaced => format!(
-            "CREATE PUBLICATION {publication} FOR TABLE {table} \
+            "CREATE PUBLICATION {publication} FOR TABLE {all} \
              WITH (publish = 'insert', publish_via_partition_root = true) if it is gone"
         ),
         TableChange::InsertsNotPublished => {

@@ -25,30 +25,54 @@ pub struct SourceSettings {
     pub conn: ConnParams,
     pub slot: String,
     pub publication: String,
-    pub table_schema: String,
-    pub table_name: String,
+    /// The outbox tables, in configuration order; at least one.
+    pub tables: Vec<SourceTable>,
     pub create_slot: bool,
     pub create_publication: bool,
     pub failover_slot: bool,
-    /// `pg_logical_emit_message` prefix treated as events; `None` = off.
-    pub message_prefix: Option<String>,
     /// How often standby status updates are sent (checked against the
     /// server's wal_sender_timeout).
     pub status_interval: Duration,
 }
 
+/// One outbox table as the source sees it: where its rows come from and
+/// which `pg_logical_emit_message` prefix belongs to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceTable {
+    pub schema: String,
+    pub name: String,
+    /// Prefix of messages treated as this table's events; `None` = off.
+    pub message_prefix: Option<String>,
+}
+
 impl SourceSettings {
-    /// What the slot and publication checks and `ensure_*` work on.
+    /// What the slot checks and `ensure_*` work on; its table is the first
+    /// one (the slot and the publication are shared by all).
     pub fn target(&self) -> Target<'_> {
+        self.target_for(&self.tables[0])
+    }
+
+    /// One target per outbox table, for the per-table publication checks.
+    pub fn targets(&self) -> impl Iterator<Item = Target<'_>> {
+        self.tables.iter().map(|t| self.target_for(t))
+    }
+
+    fn target_for<'a>(&'a self, table: &'a SourceTable) -> Target<'a> {
         Target {
             slot: &self.slot,
             publication: &self.publication,
-            table_schema: &self.table_schema,
-            table_name: &self.table_name,
+            table_schema: &table.schema,
+            table_name: &table.name,
+            all_tables: &self.tables,
             create_slot: self.create_slot,
             create_publication: self.create_publication,
             failover_slot: self.failover_slot,
         }
+    }
+
+    /// Whether any table relays logical decoding messages.
+    pub fn wants_messages(&self) -> bool {
+        self.tables.iter().any(|t| t.message_prefix.is_some())
     }
 }
 
@@ -167,9 +191,14 @@ impl SourceSession {
             .map_err(SourceError::from)?;
         admin::preflight(&client).await.map_err(SourceError::from)?;
         let target = s.target();
-        let create_publication = admin::check_publication_ready(&client, &target)
-            .await
-            .map_err(SourceError::from)?;
+        // Every table is checked before anything is created: one missing
+        // from an existing publication is refused with its ALTER fix.
+        let mut create_publication = false;
+        for t in s.targets() {
+            create_publication |= admin::check_publication_ready(&client, &t)
+                .await
+                .map_err(SourceError::from)?;
+        }
         // A missing (with create_slot = false) or invalidated slot is for
         // the gate to judge first: the ledger may name the gap.
         let (slot_state, slot_refusal, existing_slot) =
@@ -260,7 +289,7 @@ impl SourceSession {
                 // 0/0: the server resumes at the slot's confirmed position.
                 start_lsn: Lsn::ZERO,
                 proto_version: PROTO_VERSION,
-                messages: s.message_prefix.is_some(),
+                messages: s.wants_messages(),
             })
             .await
             .map_err(SourceError::from)?;
@@ -268,11 +297,7 @@ impl SourceSession {
         Ok(SourceSession {
             stream,
             decoder: Decoder::new(PROTO_VERSION),
-            assembler: TransactionAssembler::new(
-                &s.table_schema,
-                &s.table_name,
-                s.message_prefix.as_deref(),
-            ),
+            assembler: TransactionAssembler::new(&s.tables),
             wal_sender_timeout,
             start_lsn,
         })

@@ -7,13 +7,14 @@
 //! as a checkpoint after the transaction's last event: confirming it (and not
 //! the commit LSN) is what keeps the server from resending the transaction.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::outbox::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
 use crate::source::pgoutput::{
     pg_time_to_unix_us, LogicalMessage, Relation, TupleData, TupleValue,
 };
+use crate::source::session::SourceTable;
 use crate::Lsn;
 
 /// What the assembler hands on, in WAL order.
@@ -72,21 +73,28 @@ struct OpenTxn {
 }
 
 pub struct TransactionAssembler {
-    outbox_schema: String,
-    outbox_table: String,
-    /// `None` disables messages as events.
-    message_prefix: Option<String>,
+    /// `(schema, name)` of every outbox table. Several tables share the one
+    /// WAL stream, so their events stay in commit order among themselves.
+    outbox_tables: HashSet<(String, String)>,
+    /// The prefixes of messages that are events; empty disables messages.
+    message_prefixes: HashSet<String>,
     relations: HashMap<u32, Arc<TableInfo>>,
     open: Option<OpenTxn>,
     ignored: IgnoredCounts,
 }
 
 impl TransactionAssembler {
-    pub fn new(outbox_schema: &str, outbox_table: &str, message_prefix: Option<&str>) -> Self {
+    pub fn new(tables: &[SourceTable]) -> Self {
         TransactionAssembler {
-            outbox_schema: outbox_schema.to_string(),
-            outbox_table: outbox_table.to_string(),
-            message_prefix: message_prefix.filter(|p| !p.is_empty()).map(str::to_string),
+            outbox_tables: tables
+                .iter()
+                .map(|t| (t.schema.clone(), t.name.clone()))
+                .collect(),
+            message_prefixes: tables
+                .iter()
+                .filter_map(|t| t.message_prefix.clone())
+                .filter(|p| !p.is_empty())
+                .collect(),
             relations: HashMap::new(),
             open: None,
             ignored: IgnoredCounts::default(),
@@ -171,7 +179,7 @@ impl TransactionAssembler {
                 }
             }
             LogicalMessage::Message(m) => {
-                if self.message_prefix.as_deref() != Some(m.prefix.as_str()) {
+                if !self.message_prefixes.contains(&m.prefix) {
                     self.ignored.other_prefix_messages += 1;
                     return Ok(());
                 }
@@ -255,7 +263,10 @@ impl TransactionAssembler {
     }
 
     fn is_outbox(&self, table: &TableInfo) -> bool {
-        table.schema == self.outbox_schema && table.name == self.outbox_table
+        // Allocates two strings per lookup; a borrowed-key map would avoid
+        // it, but this runs once per published change, next to a Kafka send.
+        self.outbox_tables
+            .contains(&(table.schema.clone(), table.name.clone()))
     }
 
     fn count_change(
@@ -312,4 +323,116 @@ fn to_row(table: Arc<TableInfo>, tuple: TupleData) -> Result<Row, AssembleError>
         });
     }
     Ok(Row { table, values })
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::source::pgoutput::{Begin, Commit, Insert, Message, RelationColumn};
+
+    fn relation(oid: u32, schema: &str, name: &str) -> LogicalMessage {
+        LogicalMessage::Relation(Relation {
+            xid: None,
+            oid,
+            namespace: schema.into(),
+            name: name.into(),
+            replica_identity: b'd',
+            columns: vec![RelationColumn {
+                flags: 0,
+                name: "id".into(),
+                type_oid: 25,
+                type_modifier: -1,
+            }],
+        })
+    }
+
+    fn insert(oid: u32, id: &str) -> LogicalMessage {
+        LogicalMessage::Insert(Insert {
+            xid: None,
+            relation_oid: oid,
+            new: TupleData(vec![TupleValue::Text(Bytes::copy_from_slice(
+                id.as_bytes(),
+            ))]),
+        })
+    }
+
+    fn message(prefix: &str) -> LogicalMessage {
+        LogicalMessage::Message(Message {
+            xid: None,
+            transactional: true,
+            lsn: Lsn(10),
+            prefix: prefix.into(),
+            content: Bytes::from_static(b"{}"),
+        })
+    }
+
+    /// Several tables: inserts of every configured table are events, in
+    /// WAL order, with one checkpoint for the transaction; other tables'
+    /// inserts and other prefixes' messages are not.
+    #[test]
+    fn every_configured_table_and_prefix_and_nothing_else() {
+        let table = |schema: &str, name: &str, prefix: Option<&str>| SourceTable {
+            schema: schema.into(),
+            name: name.into(),
+            message_prefix: prefix.map(str::to_owned),
+        };
+        let mut a = TransactionAssembler::new(&[
+            table("orders", "outbox", Some("orders")),
+            table("billing", "events", None),
+        ]);
+        let mut out = Vec::new();
+        let msgs = [
+            relation(1, "orders", "outbox"),
+            relation(2, "billing", "events"),
+            relation(3, "public", "outbox"),
+            LogicalMessage::Begin(Begin {
+                final_lsn: Lsn(20),
+                commit_time: 0,
+                xid: 7,
+            }),
+            insert(2, "b1"),
+            insert(1, "o1"),
+            insert(3, "x1"),
+            message("orders"),
+            message("billing"),
+            insert(2, "b2"),
+            LogicalMessage::Commit(Commit {
+                flags: 0,
+                commit_lsn: Lsn(20),
+                end_lsn: Lsn(30),
+                commit_time: 0,
+            }),
+        ];
+        for m in msgs {
+            a.handle(m, &mut out).unwrap();
+        }
+        let got: Vec<String> = out
+            .iter()
+            .map(|i| match i {
+                SourceItem::Event(e) => match &e.kind {
+                    EventKind::Row(r) => format!(
+                        "{}:{}",
+                        r.table.qualified_name(),
+                        r.values[0].as_str().unwrap()
+                    ),
+                    EventKind::Message { prefix, .. } => format!("message:{prefix}"),
+                },
+                SourceItem::Checkpoint { lsn, events, .. } => format!("checkpoint:{lsn}:{events}"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "billing.events:b1",
+                "orders.outbox:o1",
+                "message:orders",
+                "billing.events:b2",
+                "checkpoint:0/1E:4"
+            ]
+        );
+        assert_eq!(a.ignored().other_table_changes, 1);
+        assert_eq!(a.ignored().other_prefix_messages, 1);
+    }
 }

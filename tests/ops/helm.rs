@@ -274,7 +274,7 @@ fn chart_options_render_valid_manifests_with_secrets_monitoring_and_the_tested_r
         cfg.postgres.password_env.as_deref(),
         Some("OUTBOXD_PG_PASSWORD")
     );
-    assert_eq!(cfg.outbox.table_schema(), "sales");
+    assert_eq!(cfg.tables()[0].table.schema(), "sales");
     assert_eq!(cfg.relay.max_in_flight_events, 5000);
     let props = &cfg.kafka.properties;
     assert_eq!(

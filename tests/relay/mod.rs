@@ -16,3 +16,4 @@ mod slot_loss;
 mod standby;
 pub(crate) mod support;
 mod table_watch;
+mod tables;

@@ -5,7 +5,7 @@
 
 use crate::config::outbox::COLUMN_ROLES;
 use crate::config::routing::{parse_template, resolve_column, TemplatePart};
-use crate::config::Config;
+use crate::config::OutboxTable;
 use crate::source::admin::{self, Issue, Target, TypeFit};
 
 use super::postgres::Facts;
@@ -13,8 +13,8 @@ use super::{Line, Verdict};
 
 /// `(column, setting naming it, role for the type rules)` for every column
 /// the record mapper reads from a row: a missing one fails every event.
-fn wanted_columns(cfg: &Config) -> Vec<(String, String, &'static str)> {
-    let columns = &cfg.outbox.columns;
+fn wanted_columns(t: &OutboxTable) -> Vec<(String, String, &'static str)> {
+    let (columns, routing, rk) = (&t.columns, &t.routing, &t.routing_key);
     let mut wanted: Vec<(String, String, &'static str)> = Vec::new();
     let mut add = |column: &str, setting: String, role: &'static str| {
         if !wanted.iter().any(|(c, _, _)| c == column) {
@@ -23,16 +23,16 @@ fn wanted_columns(cfg: &Config) -> Vec<(String, String, &'static str)> {
     };
     for role in COLUMN_ROLES {
         if let Some(c) = columns.column_for_role(role) {
-            add(c, format!("outbox.columns.{role}"), role);
+            add(c, format!("{}.columns.{role}", t.key), role);
         }
     }
-    for (name, source) in &cfg.routing.additional_headers {
-        let setting = format!("routing.additional_headers.{name}");
+    for (name, source) in &routing.additional_headers {
+        let setting = format!("{rk}.additional_headers.{name}");
         add(resolve_column(columns, source), setting, "header");
     }
-    let rules = cfg.routing.rules.iter().enumerate();
-    let templates = std::iter::once(("routing.topic".to_string(), &cfg.routing.topic))
-        .chain(rules.map(|(i, r)| (format!("routing.rules[{i}].topic"), &r.topic)));
+    let rules = routing.rules.iter().enumerate();
+    let templates = std::iter::once((format!("{rk}.topic"), &routing.topic))
+        .chain(rules.map(|(i, r)| (format!("{rk}.rules[{i}].topic"), &r.topic)));
     for (setting, template) in templates {
         for part in parse_template(template).unwrap_or_default() {
             if let TemplatePart::Column(c) = part {
@@ -43,7 +43,7 @@ fn wanted_columns(cfg: &Config) -> Vec<(String, String, &'static str)> {
     wanted
 }
 
-pub(super) fn columns_line(cfg: &Config, facts: &Facts, t: &Target<'_>) -> Line {
+pub(super) fn columns_line(table_cfg: &OutboxTable, facts: &Facts, t: &Target<'_>) -> Line {
     let table = admin::qualified(t);
     let Some(tf) = &facts.table else {
         return Line::skip(
@@ -56,7 +56,7 @@ pub(super) fn columns_line(cfg: &Config, facts: &Facts, t: &Target<'_>) -> Line 
     let generated_unpublished = facts.server.version_num < 180000;
     let mut findings = Vec::new();
     let mut fine = Vec::new();
-    for (column, setting, role) in wanted_columns(cfg) {
+    for (column, setting, role) in wanted_columns(table_cfg) {
         let Some(c) = tf.columns.iter().find(|c| c.name == column) else {
             let issue = Issue::ColumnMissing {
                 column,
@@ -102,6 +102,7 @@ pub(super) fn columns_line(cfg: &Config, facts: &Facts, t: &Target<'_>) -> Line 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
 
     #[test]
     fn wanted_columns_follow_roles_headers_and_templates() {
@@ -112,7 +113,7 @@ mod tests {
              additional_headers = { eventType = \"event_type\", trace = \"trace_id\" }\n",
         )
         .unwrap();
-        let got: Vec<(String, String)> = wanted_columns(&cfg)
+        let got: Vec<(String, String)> = wanted_columns(&cfg.tables()[0])
             .into_iter()
             .map(|(c, s, _)| (c, s))
             .collect();

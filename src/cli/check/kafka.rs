@@ -109,9 +109,22 @@ async fn blocking<T: Send + 'static>(
 /// Topic templates and where each is configured. Topics the relay may
 /// write to: the default route, each rule's, and the dead-letter topic.
 fn templates(cfg: &Config) -> Vec<(String, String)> {
-    let mut out = vec![("routing.topic".to_string(), cfg.routing.topic.clone())];
-    for (i, rule) in cfg.routing.rules.iter().enumerate() {
-        out.push((format!("routing.rules[{i}].topic"), rule.topic.clone()));
+    let mut out = Vec::new();
+    let mut keys_seen = Vec::new();
+    for t in cfg.tables() {
+        // Entries inheriting `[routing]` share its templates: listed once.
+        if keys_seen.contains(&t.routing_key) {
+            continue;
+        }
+        let r = &t.routing;
+        out.push((format!("{}.topic", t.routing_key), r.topic.clone()));
+        for (i, rule) in r.rules.iter().enumerate() {
+            out.push((
+                format!("{}.rules[{i}].topic", t.routing_key),
+                rule.topic.clone(),
+            ));
+        }
+        keys_seen.push(t.routing_key);
     }
     if cfg.relay.on_error == OnError::DeadLetter {
         if let Some(t) = &cfg.relay.dead_letter_topic {
@@ -124,11 +137,16 @@ fn templates(cfg: &Config) -> Vec<(String, String)> {
 async fn topic_lines(admin: &Arc<AdminClient<DefaultClientContext>>, cfg: &Config) -> Vec<Line> {
     let mut lines = Vec::new();
     let mut seen: Vec<String> = Vec::new();
-    if let Some(column) = cfg.outbox.columns.column_for_role("topic") {
-        lines.push(Line::ok(
-            "topics",
-            format!("column `{column}` (outbox.columns.topic): decided per event"),
-        ));
+    for t in cfg.tables() {
+        if let Some(column) = t.columns.column_for_role("topic") {
+            lines.push(Line::ok(
+                "topics",
+                format!(
+                    "column `{column}` ({}.columns.topic): decided per event",
+                    t.key
+                ),
+            ));
+        }
     }
     for (setting, template) in templates(cfg) {
         let fixed = parse_template(&template)

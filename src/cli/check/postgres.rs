@@ -63,9 +63,12 @@ async fn gather(client: &tokio_postgres::Client, t: &Target<'_>) -> Result<Facts
 
 pub async fn check(cfg: &Config, s: &SourceSettings) -> Vec<Line> {
     let t = s.target();
-    let facts = match admin::connect_sql(&s.conn).await {
-        Ok(client) => gather(&client, &t).await,
-        Err(e) => Err(e),
+    let (client, facts) = match admin::connect_sql(&s.conn).await {
+        Ok(client) => {
+            let facts = gather(&client, &t).await;
+            (Some(client), facts)
+        }
+        Err(e) => (None, Err(e)),
     };
     let facts = match facts {
         Ok(f) => f,
@@ -79,7 +82,7 @@ pub async fn check(cfg: &Config, s: &SourceSettings) -> Vec<Line> {
     // as a busy one.
     let connection = replication_line(s).await;
     let f = &facts.server;
-    vec![
+    let mut lines = vec![
         connection,
         if f.version_num < admin::MIN_SERVER_VERSION_NUM {
             Line::fail(
@@ -122,9 +125,34 @@ pub async fn check(cfg: &Config, s: &SourceSettings) -> Vec<Line> {
         privileges_line(&facts, &t),
         slot_line(&facts, &t),
         failover_line(&facts, &t),
-        publication_line(&facts, &t),
-        super::columns::columns_line(cfg, &facts, &t),
-    ]
+    ];
+    // The table lines, once per outbox table: each must exist, be in the
+    // publication and have its columns.
+    for (table_cfg, target) in cfg.tables().iter().zip(s.targets()) {
+        let table_facts =
+            if target.table_schema == t.table_schema && target.table_name == t.table_name {
+                None
+            } else {
+                match client.as_ref() {
+                    Some(c) => Some(gather(c, &target).await),
+                    None => None,
+                }
+            };
+        let facts = match &table_facts {
+            None => &facts,
+            Some(Ok(f)) => f,
+            Some(Err(e)) => {
+                lines.push(Line::fail("publication", e));
+                continue;
+            }
+        };
+        if table_facts.is_some() {
+            lines.push(privileges_line(facts, &target));
+        }
+        lines.push(publication_line(facts, &target));
+        lines.push(super::columns::columns_line(table_cfg, facts, &target));
+    }
+    lines
 }
 
 /// The replication connection and IDENTIFY_SYSTEM: what `outboxd run` opens

@@ -17,9 +17,10 @@ pub use inspect::{
     ColumnFacts, Issue, PublicationFacts, ServerFacts, SyncFacts, TableFacts, TypeFit,
 };
 pub use sql::connect_sql;
-pub use watch::{judge, observe, Observation, TableChange, TableIdentity};
+pub use watch::{judge, judge_all, observe, Observation, TableChange, TableIdentity};
 
 use crate::source::replication::WalConnection;
+use crate::source::session::SourceTable;
 use crate::Lsn;
 
 /// What outboxd needs to know about its database objects.
@@ -29,6 +30,9 @@ pub struct Target<'a> {
     pub publication: &'a str,
     pub table_schema: &'a str,
     pub table_name: &'a str,
+    /// Every outbox table, `table_*` among them: the publication is
+    /// created with all of them.
+    pub all_tables: &'a [SourceTable],
     pub create_slot: bool,
     pub create_publication: bool,
     /// `postgres.failover_slot`: the slot must be a PostgreSQL 17 failover slot.
@@ -169,7 +173,12 @@ pub async fn check_publication_ready(client: &Client, t: &Target<'_>) -> Result<
 
 /// Creates the publication, through the partition root.
 pub async fn create_publication(client: &Client, t: &Target<'_>) -> Result<(), AdminError> {
-    let table = t.qualified_table();
+    let table = t
+        .all_tables
+        .iter()
+        .map(|x| format!("{}.{}", quote_ident(&x.schema), quote_ident(&x.name)))
+        .collect::<Vec<_>>()
+        .join(", ");
     // Through the root for every table: harmless for a plain one, and
     // the same publication then serves it if it becomes partitioned.
     let sql = format!(
@@ -179,7 +188,9 @@ pub async fn create_publication(client: &Client, t: &Target<'_>) -> Result<(), A
         table
     );
     match client.batch_execute(&sql).await {
-        Ok(()) => tracing::info!(publication = t.publication, %table, "created publication"),
+        Ok(()) => {
+            tracing::info!(publication = t.publication, tables = %table, "created publication")
+        }
         // Another instance created it between our check and now.
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
         Err(e) => {

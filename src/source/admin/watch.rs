@@ -32,7 +32,7 @@ pub struct TableIdentity {
     pub publishes_inserts: bool,
 }
 
-/// One look at the table, and the WAL position it vouches for.
+/// One look at every outbox table, and the WAL position it vouches for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observation {
     /// The server's WAL position, read before the catalog.
@@ -40,12 +40,13 @@ pub struct Observation {
     /// The server's clock at that moment, as PostgreSQL prints it: rows
     /// committed after it are the ones at risk if the next look fails.
     pub at: String,
-    pub identity: TableIdentity,
+    /// One per outbox table, in configuration order.
+    pub identities: Vec<TableIdentity>,
 }
 
-/// Reads the WAL position, then (in a second statement, so a later
-/// snapshot) the table's identity.
-pub async fn observe(client: &Client, t: &Target<'_>) -> Result<Observation, AdminError> {
+/// Reads the WAL position, then (in later statements, so later snapshots)
+/// each table's identity.
+pub async fn observe(client: &Client, targets: &[Target<'_>]) -> Result<Observation, AdminError> {
     let row = client
         .query_one(
             "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
@@ -57,6 +58,18 @@ pub async fn observe(client: &Client, t: &Target<'_>) -> Result<Observation, Adm
     let lsn: String = row.get(0);
     let lsn = lsn.parse().map_err(|_| AdminError::BadLsn { text: lsn })?;
     let at: String = row.get(1);
+    let mut identities = Vec::with_capacity(targets.len());
+    for t in targets {
+        identities.push(identity(client, t).await?);
+    }
+    Ok(Observation {
+        lsn,
+        at,
+        identities,
+    })
+}
+
+async fn identity(client: &Client, t: &Target<'_>) -> Result<TableIdentity, AdminError> {
     let table = t.qualified_table();
     let row = client
         .query_one(
@@ -72,17 +85,24 @@ pub async fn observe(client: &Client, t: &Target<'_>) -> Result<Observation, Adm
         )
         .await
         .map_err(sql_err("checking the outbox table's identity"))?;
-    Ok(Observation {
-        lsn,
-        at,
-        identity: TableIdentity {
-            table_oid: row.get(0),
-            publication_oid: row.get(1),
-            membership_oid: row.get(2),
-            published: row.get(3),
-            publishes_inserts: row.get(4),
-        },
+    Ok(TableIdentity {
+        table_oid: row.get(0),
+        publication_oid: row.get(1),
+        membership_oid: row.get(2),
+        published: row.get(3),
+        publishes_inserts: row.get(4),
     })
+}
+
+/// The first table (by index) whose identity changed since `start`.
+pub fn judge_all(
+    start: &[TableIdentity],
+    now: &[TableIdentity],
+) -> Result<(), (usize, TableChange)> {
+    for (i, (s, n)) in start.iter().zip(now).enumerate() {
+        judge(s, n).map_err(|c| (i, c))?;
+    }
+    Ok(())
 }
 
 /// How the table stopped being the one the stream carries.

@@ -1,0 +1,87 @@
+//! Several outbox tables in one relay: each event is mapped by its own
+//! table's columns and routing. A row belongs to the table pgoutput names
+//! in its Relation (partitions arrive as their root, see the publication);
+//! a logical decoding message to the table whose `message_prefix` it has.
+//! The source only hands on events of configured tables and prefixes.
+
+use bytes::Bytes;
+
+use crate::config::OutboxTable;
+use crate::outbox::RecordMapper;
+use crate::outbox::{EventKind, KafkaRecord, MappingConfigError, MappingError, OutboxEvent};
+
+#[derive(Debug)]
+struct Entry {
+    schema: String,
+    name: String,
+    message_prefix: Option<String>,
+    /// `schema.name`, the `table` label of the event metrics.
+    label: String,
+    mapper: RecordMapper,
+}
+
+/// One [`RecordMapper`] per outbox table, chosen per event.
+#[derive(Debug)]
+pub struct TableMappers {
+    /// In configuration order; never empty.
+    entries: Vec<Entry>,
+}
+
+impl TableMappers {
+    pub fn new(tables: &[OutboxTable]) -> Result<TableMappers, MappingConfigError> {
+        let entries = tables
+            .iter()
+            .map(|t| {
+                Ok(Entry {
+                    schema: t.table.schema().to_owned(),
+                    name: t.table.name().to_owned(),
+                    message_prefix: t.message_prefix.clone(),
+                    label: t.label(),
+                    mapper: RecordMapper::new(&t.columns, &t.routing)?,
+                })
+            })
+            .collect::<Result<Vec<_>, MappingConfigError>>()?;
+        assert!(!entries.is_empty(), "the configuration has an outbox table");
+        Ok(TableMappers { entries })
+    }
+
+    /// The entry an event belongs to. With one table, always it (as before
+    /// several tables existed); otherwise by relation or prefix, the first
+    /// entry when neither matches, which the source never hands on.
+    fn index(&self, event: &OutboxEvent) -> usize {
+        if self.entries.len() == 1 {
+            return 0;
+        }
+        let found = match &event.kind {
+            EventKind::Row(row) => self
+                .entries
+                .iter()
+                .position(|e| e.schema == row.table.schema && e.name == row.table.name),
+            EventKind::Message { prefix, .. } => self
+                .entries
+                .iter()
+                .position(|e| e.message_prefix.as_deref() == Some(prefix.as_str())),
+        };
+        found.unwrap_or(0)
+    }
+
+    /// The record for one event, by its table's mapping.
+    pub fn map(&mut self, event: &OutboxEvent) -> Result<KafkaRecord, MappingError> {
+        let i = self.index(event);
+        self.entries[i].mapper.map(event)
+    }
+
+    pub fn key_and_id(&self, event: &OutboxEvent) -> (Option<Bytes>, Option<Bytes>) {
+        self.entries[self.index(event)].mapper.key_and_id(event)
+    }
+
+    /// The `table` metric label of an event (`schema.name`).
+    pub fn label(&self, event: &OutboxEvent) -> &str {
+        &self.entries[self.index(event)].label
+    }
+
+    /// Every table's label, for registering the labelled metrics at start.
+    pub fn labels(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|e| e.label.as_str())
+    }
+}
