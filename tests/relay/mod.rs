@@ -7,6 +7,7 @@ mod column_types;
 mod dead_link;
 mod e2e;
 mod faults;
+mod memory;
 mod names;
 mod partitioned;
 mod pg_restart;
