@@ -6,6 +6,13 @@
 //!   one (or one of the settings idempotence implies) is an error naming it.
 //! - **defaults**: outboxd's choice where librdkafka's does not suit a relay;
 //!   the user may override each, under any of its librdkafka names.
+//! - **derived**: the relay's producer queue (`queue.buffering.max.messages`,
+//!   `queue.buffering.max.kbytes`) is sized to the relay's in-flight window
+//!   ([`QueueBound`]), since the relay never holds more than that unacked.
+//!   librdkafka's own defaults (100,000 records, 1 GiB) would let the queue
+//!   be the largest thing in the process. An override above the window is
+//!   refused (raise the window instead); one below it is allowed (the relay
+//!   then waits for room in the queue).
 //! - everything else in `[kafka.properties]` (SASL, SSL, timeouts, tuning)
 //!   passes through untouched; librdkafka validates it when the client is
 //!   created.
@@ -15,6 +22,44 @@ use std::collections::BTreeMap;
 use rdkafka::ClientConfig;
 
 use super::error::SinkConfigError;
+use crate::config::relay::{DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_MAX_IN_FLIGHT_EVENTS};
+use crate::config::RelayConfig;
+
+/// librdkafka's default `message.max.bytes`: the largest record the producer
+/// accepts unless `[kafka.properties]` says otherwise.
+const LIBRDKAFKA_MESSAGE_MAX_BYTES: u64 = 1_000_000;
+
+/// The highest `queue.buffering.max.messages` every librdkafka 2.x accepts.
+const MAX_QUEUE_MESSAGES: usize = 10_000_000;
+
+/// The highest `queue.buffering.max.kbytes` librdkafka accepts.
+const MAX_QUEUE_KBYTES: u64 = i32::MAX as u64;
+
+/// The relay's in-flight window (`relay.max_in_flight_events`,
+/// `relay.max_in_flight_bytes`): what the producer's queue is sized to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueBound {
+    pub events: usize,
+    pub bytes: u64,
+}
+
+impl QueueBound {
+    pub fn of(relay: &RelayConfig) -> QueueBound {
+        QueueBound {
+            events: relay.max_in_flight_events,
+            bytes: relay.max_in_flight_bytes,
+        }
+    }
+}
+
+impl Default for QueueBound {
+    fn default() -> Self {
+        QueueBound {
+            events: DEFAULT_MAX_IN_FLIGHT_EVENTS,
+            bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
+        }
+    }
+}
 
 /// Properties outboxd sets on the producer whatever the configuration says.
 pub const ENFORCED: [(&str, &str); 3] = [
@@ -125,6 +170,92 @@ pub fn client_config(
     }
     config.set("bootstrap.servers", brokers);
     Ok(config)
+}
+
+/// The relay's producer: [`client_config`] with its queue sized to `window`
+/// (see [`queue_bound`]).
+pub fn producer_config(
+    brokers: &str,
+    properties: &BTreeMap<String, String>,
+    window: QueueBound,
+) -> Result<ClientConfig, SinkConfigError> {
+    let mut config = client_config(brokers, properties)?;
+    for (key, value) in queue_bound(properties, window)? {
+        config.set(key, value);
+    }
+    Ok(config)
+}
+
+/// `queue.buffering.max.messages` and `queue.buffering.max.kbytes` for a
+/// relay whose window is `window`, where `[kafka.properties]` does not set
+/// them: the window's events, and its bytes plus one record of
+/// `message.max.bytes` (the window admits an event while below its limit,
+/// so it may overshoot by one record). An override is refused, naming it,
+/// when it is above that (it would bound nothing: raise the window) or, for
+/// the bytes, below one record (such a record would never fit: librdkafka
+/// answers "queue full" even to an empty queue, and the relay would wait for
+/// room forever).
+fn queue_bound(
+    properties: &BTreeMap<String, String>,
+    window: QueueBound,
+) -> Result<Vec<(&'static str, String)>, SinkConfigError> {
+    let max_record = properties
+        .get("message.max.bytes")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(LIBRDKAFKA_MESSAGE_MAX_BYTES);
+    let messages = window.events.clamp(1, MAX_QUEUE_MESSAGES);
+    let kbytes = window
+        .bytes
+        .saturating_add(max_record)
+        .div_ceil(1024)
+        .clamp(1, MAX_QUEUE_KBYTES);
+    let mut derived = Vec::new();
+    const MESSAGES: &str = "queue.buffering.max.messages";
+    const KBYTES: &str = "queue.buffering.max.kbytes";
+    match properties.get(MESSAGES) {
+        None => derived.push((MESSAGES, messages.to_string())),
+        Some(v) => {
+            if v.trim().parse::<u64>().is_ok_and(|n| n > messages as u64) {
+                return Err(SinkConfigError::property(
+                    MESSAGES,
+                    v,
+                    format!(
+                        "above relay.max_in_flight_events ({messages}), which already bounds \
+                         what the relay queues: raise relay.max_in_flight_events instead \
+                         (a smaller value is fine: the relay then waits for room here)"
+                    ),
+                ));
+            }
+        }
+    }
+    match properties.get(KBYTES) {
+        None => derived.push((KBYTES, kbytes.to_string())),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n.saturating_mul(1024) < max_record => {
+                return Err(SinkConfigError::property(
+                    KBYTES,
+                    v,
+                    format!(
+                        "below one record of message.max.bytes ({max_record} bytes): \
+                         such a record never fits, and the relay would wait for room forever"
+                    ),
+                ))
+            }
+            Ok(n) if n > kbytes => {
+                return Err(SinkConfigError::property(
+                    KBYTES,
+                    v,
+                    format!(
+                        "above relay.max_in_flight_bytes plus one record of message.max.bytes \
+                         ({kbytes} KiB), which already bounds what the relay queues: raise \
+                         relay.max_in_flight_bytes instead"
+                    ),
+                ))
+            }
+            _ => {}
+        },
+    }
+    Ok(derived)
 }
 
 /// The admin client's configuration (topic metadata and creation): the same
@@ -268,6 +399,59 @@ mod tests {
         assert_eq!(c.get("partitioner"), Some("murmur2_random"));
         assert_eq!(c.get("statistics.interval.ms"), None);
         assert_eq!(c.get("transactional.id"), None);
+    }
+
+    #[test]
+    fn the_producer_queue_is_sized_to_the_window() {
+        let c = producer_config("b:9092", &BTreeMap::new(), QueueBound::default()).unwrap();
+        assert_eq!(
+            c.get("queue.buffering.max.messages"),
+            Some(DEFAULT_MAX_IN_FLIGHT_EVENTS.to_string().as_str())
+        );
+        // 64 MiB plus one record of 1,000,000 bytes, in KiB rounded up.
+        assert_eq!(c.get("queue.buffering.max.kbytes"), Some("66513"));
+        let window = QueueBound {
+            events: 500,
+            bytes: 1 << 20,
+        };
+        let c =
+            producer_config("b:9092", &props(&[("message.max.bytes", "2048")]), window).unwrap();
+        assert_eq!(c.get("queue.buffering.max.messages"), Some("500"));
+        assert_eq!(c.get("queue.buffering.max.kbytes"), Some("1026"));
+        // Smaller than the window: allowed, the relay waits for room.
+        let c = producer_config(
+            "b:9092",
+            &props(&[("queue.buffering.max.messages", "100")]),
+            window,
+        )
+        .unwrap();
+        assert_eq!(c.get("queue.buffering.max.messages"), Some("100"));
+        // The ledger's producer and the check's probe are not sized.
+        let c = client_config("b:9092", &BTreeMap::new()).unwrap();
+        assert_eq!(c.get("queue.buffering.max.messages"), None);
+    }
+
+    #[test]
+    fn a_queue_that_contradicts_the_window_is_refused_naming_the_key() {
+        let refused = |key: &str, value: &str| {
+            let err = producer_config("b:9092", &props(&[(key, value)]), QueueBound::default())
+                .unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("kafka.properties.\"{key}\"")),
+                "{text}"
+            );
+            text
+        };
+        let text = refused("queue.buffering.max.messages", "100000");
+        assert!(
+            text.contains("relay.max_in_flight_events (10000)"),
+            "{text}"
+        );
+        let text = refused("queue.buffering.max.kbytes", "1048576");
+        assert!(text.contains("relay.max_in_flight_bytes"), "{text}");
+        let text = refused("queue.buffering.max.kbytes", "100");
+        assert!(text.contains("message.max.bytes (1000000 bytes)"), "{text}");
     }
 
     #[test]
@@ -434,6 +618,24 @@ mod tests {
             .unwrap()
             .create_native_config()
             .unwrap();
+        // The queue bound at both ends of what a window can be.
+        for window in [
+            QueueBound::default(),
+            QueueBound {
+                events: 1,
+                bytes: 1,
+            },
+            QueueBound {
+                events: usize::MAX,
+                bytes: u64::MAX,
+            },
+        ] {
+            let native = producer_config("127.0.0.1:1", &BTreeMap::new(), window)
+                .unwrap()
+                .create_native_config()
+                .unwrap();
+            assert!(native.get("queue.buffering.max.kbytes").is_ok());
+        }
     }
 
     /// SASL PLAIN, SCRAM and OAUTHBEARER are built into librdkafka (with
