@@ -444,10 +444,7 @@ mod tests {
             text
         };
         let text = refused("queue.buffering.max.messages", "100000");
-        assert!(
-            text.contains("relay.max_in_flight_events (10000)"),
-            "{text}"
-        );
+        assert!(text.contains("relay.max_in_flight_events (4096)"), "{text}");
         let text = refused("queue.buffering.max.kbytes", "1048576");
         assert!(text.contains("relay.max_in_flight_bytes"), "{text}");
         let text = refused("queue.buffering.max.kbytes", "100");
