@@ -6,13 +6,13 @@
 //!   one (or one of the settings idempotence implies) is an error naming it.
 //! - **defaults**: outboxd's choice where librdkafka's does not suit a relay;
 //!   the user may override each, under any of its librdkafka names.
-//! - **derived**: the relay's producer queue (`queue.buffering.max.messages`,
-//!   `queue.buffering.max.kbytes`) is sized to the relay's in-flight window
-//!   ([`QueueBound`]), since the relay never holds more than that unacked.
-//!   librdkafka's own defaults (100,000 records, 1 GiB) would let the queue
-//!   be the largest thing in the process. An override above the window is
-//!   refused (raise the window instead); one below it is allowed (the relay
-//!   then waits for room in the queue).
+//! - **derived**: the relay's producer queue (`queue.buffering.max.messages`)
+//!   is sized to the relay's in-flight window ([`QueueBound`]), since the
+//!   relay never holds more than that unacked; librdkafka's own default is
+//!   100,000 records. An override above the window is refused (raise the
+//!   window instead); one below it is allowed (the relay then waits for room
+//!   in the queue). Its bytes are bounded by `relay.max_in_flight_bytes`
+//!   (see [`queue_bound`]).
 //! - everything else in `[kafka.properties]` (SASL, SSL, timeouts, tuning)
 //!   passes through untouched; librdkafka validates it when the client is
 //!   created.
@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use rdkafka::ClientConfig;
 
 use super::error::SinkConfigError;
-use crate::config::relay::{DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_MAX_IN_FLIGHT_EVENTS};
+use crate::config::relay::DEFAULT_MAX_IN_FLIGHT_EVENTS;
 use crate::config::RelayConfig;
 
 /// librdkafka's default `message.max.bytes`: the largest record the producer
@@ -32,22 +32,17 @@ const LIBRDKAFKA_MESSAGE_MAX_BYTES: u64 = 1_000_000;
 /// The highest `queue.buffering.max.messages` every librdkafka 2.x accepts.
 const MAX_QUEUE_MESSAGES: usize = 10_000_000;
 
-/// The highest `queue.buffering.max.kbytes` librdkafka accepts.
-const MAX_QUEUE_KBYTES: u64 = i32::MAX as u64;
-
-/// The relay's in-flight window (`relay.max_in_flight_events`,
-/// `relay.max_in_flight_bytes`): what the producer's queue is sized to.
+/// The relay's in-flight window (`relay.max_in_flight_events`): what the
+/// producer's queue is sized to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueBound {
     pub events: usize,
-    pub bytes: u64,
 }
 
 impl QueueBound {
     pub fn of(relay: &RelayConfig) -> QueueBound {
         QueueBound {
             events: relay.max_in_flight_events,
-            bytes: relay.max_in_flight_bytes,
         }
     }
 }
@@ -56,7 +51,6 @@ impl Default for QueueBound {
     fn default() -> Self {
         QueueBound {
             events: DEFAULT_MAX_IN_FLIGHT_EVENTS,
-            bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
         }
     }
 }
@@ -186,32 +180,27 @@ pub fn producer_config(
     Ok(config)
 }
 
-/// `queue.buffering.max.messages` and `queue.buffering.max.kbytes` for a
-/// relay whose window is `window`, where `[kafka.properties]` does not set
-/// them: the window's events, and its bytes plus one record of
-/// `message.max.bytes` (the window admits an event while below its limit,
-/// so it may overshoot by one record). An override is refused, naming it,
-/// when it is above that (it would bound nothing: raise the window) or, for
-/// the bytes, below one record (such a record would never fit: librdkafka
-/// answers "queue full" even to an empty queue, and the relay would wait for
-/// room forever).
+/// `queue.buffering.max.messages` for a relay whose window is `window`,
+/// where `[kafka.properties]` does not set it: the window's events. An
+/// override above that is refused, naming it: it would bound nothing (the
+/// relay never holds more unacknowledged), so the window is what to raise.
+///
+/// `queue.buffering.max.kbytes` stays librdkafka's (1 GiB): the relay stops
+/// reading at `relay.max_in_flight_bytes` (plus the one event that crossed
+/// it), which bounds the queue's bytes. Sized to that window, librdkafka
+/// refused records long before it was reached (a 100-record queue of small
+/// records was "full" at 80, in `relay::backpressure`). An override below
+/// one record of `message.max.bytes` is refused: such a record never fits,
+/// librdkafka answers "queue full" even to an empty queue, and the relay
+/// would wait for room forever.
 fn queue_bound(
     properties: &BTreeMap<String, String>,
     window: QueueBound,
 ) -> Result<Vec<(&'static str, String)>, SinkConfigError> {
-    let max_record = properties
-        .get("message.max.bytes")
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(LIBRDKAFKA_MESSAGE_MAX_BYTES);
-    let messages = window.events.clamp(1, MAX_QUEUE_MESSAGES);
-    let kbytes = window
-        .bytes
-        .saturating_add(max_record)
-        .div_ceil(1024)
-        .clamp(1, MAX_QUEUE_KBYTES);
-    let mut derived = Vec::new();
     const MESSAGES: &str = "queue.buffering.max.messages";
     const KBYTES: &str = "queue.buffering.max.kbytes";
+    let messages = window.events.clamp(1, MAX_QUEUE_MESSAGES);
+    let mut derived = Vec::new();
     match properties.get(MESSAGES) {
         None => derived.push((MESSAGES, messages.to_string())),
         Some(v) => {
@@ -228,32 +217,24 @@ fn queue_bound(
             }
         }
     }
-    match properties.get(KBYTES) {
-        None => derived.push((KBYTES, kbytes.to_string())),
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(n) if n.saturating_mul(1024) < max_record => {
-                return Err(SinkConfigError::property(
-                    KBYTES,
-                    v,
-                    format!(
-                        "below one record of message.max.bytes ({max_record} bytes): \
-                         such a record never fits, and the relay would wait for room forever"
-                    ),
-                ))
-            }
-            Ok(n) if n > kbytes => {
-                return Err(SinkConfigError::property(
-                    KBYTES,
-                    v,
-                    format!(
-                        "above relay.max_in_flight_bytes plus one record of message.max.bytes \
-                         ({kbytes} KiB), which already bounds what the relay queues: raise \
-                         relay.max_in_flight_bytes instead"
-                    ),
-                ))
-            }
-            _ => {}
-        },
+    let max_record = properties
+        .get("message.max.bytes")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(LIBRDKAFKA_MESSAGE_MAX_BYTES);
+    if let Some(v) = properties.get(KBYTES) {
+        if v.trim()
+            .parse::<u64>()
+            .is_ok_and(|n| n.saturating_mul(1024) < max_record)
+        {
+            return Err(SinkConfigError::property(
+                KBYTES,
+                v,
+                format!(
+                    "below one record of message.max.bytes ({max_record} bytes): \
+                     such a record never fits, and the relay would wait for room forever"
+                ),
+            ));
+        }
     }
     Ok(derived)
 }
@@ -408,16 +389,10 @@ mod tests {
             c.get("queue.buffering.max.messages"),
             Some(DEFAULT_MAX_IN_FLIGHT_EVENTS.to_string().as_str())
         );
-        // 64 MiB plus one record of 1,000,000 bytes, in KiB rounded up.
-        assert_eq!(c.get("queue.buffering.max.kbytes"), Some("66513"));
-        let window = QueueBound {
-            events: 500,
-            bytes: 1 << 20,
-        };
-        let c =
-            producer_config("b:9092", &props(&[("message.max.bytes", "2048")]), window).unwrap();
+        assert_eq!(c.get("queue.buffering.max.kbytes"), None);
+        let window = QueueBound { events: 500 };
+        let c = producer_config("b:9092", &BTreeMap::new(), window).unwrap();
         assert_eq!(c.get("queue.buffering.max.messages"), Some("500"));
-        assert_eq!(c.get("queue.buffering.max.kbytes"), Some("1026"));
         // Smaller than the window: allowed, the relay waits for room.
         let c = producer_config(
             "b:9092",
@@ -445,8 +420,6 @@ mod tests {
         };
         let text = refused("queue.buffering.max.messages", "100000");
         assert!(text.contains("relay.max_in_flight_events (4096)"), "{text}");
-        let text = refused("queue.buffering.max.kbytes", "1048576");
-        assert!(text.contains("relay.max_in_flight_bytes"), "{text}");
         let text = refused("queue.buffering.max.kbytes", "100");
         assert!(text.contains("message.max.bytes (1000000 bytes)"), "{text}");
     }
@@ -618,20 +591,14 @@ mod tests {
         // The queue bound at both ends of what a window can be.
         for window in [
             QueueBound::default(),
-            QueueBound {
-                events: 1,
-                bytes: 1,
-            },
-            QueueBound {
-                events: usize::MAX,
-                bytes: u64::MAX,
-            },
+            QueueBound { events: 1 },
+            QueueBound { events: usize::MAX },
         ] {
             let native = producer_config("127.0.0.1:1", &BTreeMap::new(), window)
                 .unwrap()
                 .create_native_config()
                 .unwrap();
-            assert!(native.get("queue.buffering.max.kbytes").is_ok());
+            assert!(native.get("queue.buffering.max.messages").is_ok());
         }
     }
 
