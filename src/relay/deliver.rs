@@ -31,7 +31,9 @@ use super::{RelayError, RelaySettings};
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent};
 use crate::progress::ledger::CommitPosition;
-use crate::sink::{Delivered, DeliveryFailure, DeliveryReport, FailureKind, KafkaSink, SendError};
+use crate::sink::{
+    Delivered, DeliveryFailure, DeliveryReport, FailureKind, KafkaSink, QueueBound, SendError,
+};
 use crate::source::transactions::SourceItem;
 
 /// How long [`Session::take_back`] waits for the reports of the records
@@ -46,7 +48,8 @@ pub(super) fn new_sink(settings: &RelaySettings) -> Result<KafkaSink, RelayError
     // Statistics feed only the endpoint's gauges: none without one.
     let metrics_on = settings.config.metrics.listen.is_some();
     let stats = metrics_on.then(|| m::kafka::stats_hook(Arc::clone(health)));
-    let sink = KafkaSink::with_stats(&settings.brokers, &settings.config.kafka, stats)?;
+    let window = QueueBound::of(&settings.config.relay);
+    let sink = KafkaSink::with_stats(&settings.brokers, &settings.config.kafka, window, stats)?;
     health.new_producer();
     // Ready as soon as a broker answers, not at the first statistics or ack.
     let health = Arc::clone(health);

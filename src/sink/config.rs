@@ -6,6 +6,13 @@
 //!   one (or one of the settings idempotence implies) is an error naming it.
 //! - **defaults**: outboxd's choice where librdkafka's does not suit a relay;
 //!   the user may override each, under any of its librdkafka names.
+//! - **derived**: the relay's producer queue (`queue.buffering.max.messages`)
+//!   is sized to the relay's in-flight window ([`QueueBound`]), since the
+//!   relay never holds more than that unacked; librdkafka's own default is
+//!   100,000 records. An override above the window is refused (raise the
+//!   window instead); one below it is allowed (the relay then waits for room
+//!   in the queue). Its bytes are bounded by `relay.max_in_flight_bytes`
+//!   (see [`queue_bound`]).
 //! - everything else in `[kafka.properties]` (SASL, SSL, timeouts, tuning)
 //!   passes through untouched; librdkafka validates it when the client is
 //!   created.
@@ -15,6 +22,38 @@ use std::collections::BTreeMap;
 use rdkafka::ClientConfig;
 
 use super::error::SinkConfigError;
+use crate::config::relay::DEFAULT_MAX_IN_FLIGHT_EVENTS;
+use crate::config::RelayConfig;
+
+/// librdkafka's default `message.max.bytes`: the largest record the producer
+/// accepts unless `[kafka.properties]` says otherwise.
+const LIBRDKAFKA_MESSAGE_MAX_BYTES: u64 = 1_000_000;
+
+/// The highest `queue.buffering.max.messages` every librdkafka 2.x accepts.
+const MAX_QUEUE_MESSAGES: usize = 10_000_000;
+
+/// The relay's in-flight window (`relay.max_in_flight_events`): what the
+/// producer's queue is sized to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueBound {
+    pub events: usize,
+}
+
+impl QueueBound {
+    pub fn of(relay: &RelayConfig) -> QueueBound {
+        QueueBound {
+            events: relay.max_in_flight_events,
+        }
+    }
+}
+
+impl Default for QueueBound {
+    fn default() -> Self {
+        QueueBound {
+            events: DEFAULT_MAX_IN_FLIGHT_EVENTS,
+        }
+    }
+}
 
 /// Properties outboxd sets on the producer whatever the configuration says.
 pub const ENFORCED: [(&str, &str); 3] = [
@@ -125,6 +164,79 @@ pub fn client_config(
     }
     config.set("bootstrap.servers", brokers);
     Ok(config)
+}
+
+/// The relay's producer: [`client_config`] with its queue sized to `window`
+/// (see [`queue_bound`]).
+pub fn producer_config(
+    brokers: &str,
+    properties: &BTreeMap<String, String>,
+    window: QueueBound,
+) -> Result<ClientConfig, SinkConfigError> {
+    let mut config = client_config(brokers, properties)?;
+    for (key, value) in queue_bound(properties, window)? {
+        config.set(key, value);
+    }
+    Ok(config)
+}
+
+/// `queue.buffering.max.messages` for a relay whose window is `window`,
+/// where `[kafka.properties]` does not set it: the window's events. An
+/// override above that is refused, naming it: it would bound nothing (the
+/// relay never holds more unacknowledged), so the window is what to raise.
+///
+/// `queue.buffering.max.kbytes` stays librdkafka's (1 GiB): the relay stops
+/// reading at `relay.max_in_flight_bytes` (plus the one event that crossed
+/// it), which bounds the queue's bytes. Sized to that window, librdkafka
+/// refused records long before it was reached (a 100-record queue of small
+/// records was "full" at 80, in `relay::backpressure`). An override below
+/// one record of `message.max.bytes` is refused: such a record never fits,
+/// librdkafka answers "queue full" even to an empty queue, and the relay
+/// would wait for room forever.
+fn queue_bound(
+    properties: &BTreeMap<String, String>,
+    window: QueueBound,
+) -> Result<Vec<(&'static str, String)>, SinkConfigError> {
+    const MESSAGES: &str = "queue.buffering.max.messages";
+    const KBYTES: &str = "queue.buffering.max.kbytes";
+    let messages = window.events.clamp(1, MAX_QUEUE_MESSAGES);
+    let mut derived = Vec::new();
+    match properties.get(MESSAGES) {
+        None => derived.push((MESSAGES, messages.to_string())),
+        Some(v) => {
+            if v.trim().parse::<u64>().is_ok_and(|n| n > messages as u64) {
+                return Err(SinkConfigError::property(
+                    MESSAGES,
+                    v,
+                    format!(
+                        "above relay.max_in_flight_events ({messages}), which already bounds \
+                         what the relay queues: raise relay.max_in_flight_events instead \
+                         (a smaller value is fine: the relay then waits for room here)"
+                    ),
+                ));
+            }
+        }
+    }
+    let max_record = properties
+        .get("message.max.bytes")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(LIBRDKAFKA_MESSAGE_MAX_BYTES);
+    if let Some(v) = properties.get(KBYTES) {
+        if v.trim()
+            .parse::<u64>()
+            .is_ok_and(|n| n.saturating_mul(1024) < max_record)
+        {
+            return Err(SinkConfigError::property(
+                KBYTES,
+                v,
+                format!(
+                    "below one record of message.max.bytes ({max_record} bytes): \
+                     such a record never fits, and the relay would wait for room forever"
+                ),
+            ));
+        }
+    }
+    Ok(derived)
 }
 
 /// The admin client's configuration (topic metadata and creation): the same
@@ -268,6 +380,48 @@ mod tests {
         assert_eq!(c.get("partitioner"), Some("murmur2_random"));
         assert_eq!(c.get("statistics.interval.ms"), None);
         assert_eq!(c.get("transactional.id"), None);
+    }
+
+    #[test]
+    fn the_producer_queue_is_sized_to_the_window() {
+        let c = producer_config("b:9092", &BTreeMap::new(), QueueBound::default()).unwrap();
+        assert_eq!(
+            c.get("queue.buffering.max.messages"),
+            Some(DEFAULT_MAX_IN_FLIGHT_EVENTS.to_string().as_str())
+        );
+        assert_eq!(c.get("queue.buffering.max.kbytes"), None);
+        let window = QueueBound { events: 500 };
+        let c = producer_config("b:9092", &BTreeMap::new(), window).unwrap();
+        assert_eq!(c.get("queue.buffering.max.messages"), Some("500"));
+        // Smaller than the window: allowed, the relay waits for room.
+        let c = producer_config(
+            "b:9092",
+            &props(&[("queue.buffering.max.messages", "100")]),
+            window,
+        )
+        .unwrap();
+        assert_eq!(c.get("queue.buffering.max.messages"), Some("100"));
+        // The ledger's producer and the check's probe are not sized.
+        let c = client_config("b:9092", &BTreeMap::new()).unwrap();
+        assert_eq!(c.get("queue.buffering.max.messages"), None);
+    }
+
+    #[test]
+    fn a_queue_that_contradicts_the_window_is_refused_naming_the_key() {
+        let refused = |key: &str, value: &str| {
+            let err = producer_config("b:9092", &props(&[(key, value)]), QueueBound::default())
+                .unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("kafka.properties.\"{key}\"")),
+                "{text}"
+            );
+            text
+        };
+        let text = refused("queue.buffering.max.messages", "100000");
+        assert!(text.contains("relay.max_in_flight_events (4096)"), "{text}");
+        let text = refused("queue.buffering.max.kbytes", "100");
+        assert!(text.contains("message.max.bytes (1000000 bytes)"), "{text}");
     }
 
     #[test]
@@ -434,6 +588,18 @@ mod tests {
             .unwrap()
             .create_native_config()
             .unwrap();
+        // The queue bound at both ends of what a window can be.
+        for window in [
+            QueueBound::default(),
+            QueueBound { events: 1 },
+            QueueBound { events: usize::MAX },
+        ] {
+            let native = producer_config("127.0.0.1:1", &BTreeMap::new(), window)
+                .unwrap()
+                .create_native_config()
+                .unwrap();
+            assert!(native.get("queue.buffering.max.messages").is_ok());
+        }
     }
 
     /// SASL PLAIN, SCRAM and OAUTHBEARER are built into librdkafka (with

@@ -59,7 +59,9 @@ mod topics;
 mod mock_tests;
 
 pub use client_log::QuietRdkafka;
-pub use config::{admin_client_config, client_config, DEFAULTS, ENFORCED};
+pub use config::{
+    admin_client_config, client_config, producer_config, QueueBound, DEFAULTS, ENFORCED,
+};
 pub use delivery::{
     classify, Delivered, DeliveryContext, DeliveryFailure, DeliveryReport, FailureKind, StatsHook,
 };

@@ -9,7 +9,7 @@ use rdkafka::producer::{BaseRecord, Producer, PurgeConfig, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
-use super::config::client_config;
+use super::config::{producer_config, QueueBound};
 use super::delivery::{self, classify, DeliveryContext, DeliveryReport, FailureKind, StatsHook};
 use super::error::{creation_error, SendError, SinkError};
 use crate::config::KafkaConfig;
@@ -41,18 +41,20 @@ impl KafkaSink {
     /// Creates the producer. Connects in the background: an unreachable
     /// broker shows up as delivery timeouts, not here.
     pub fn new(brokers: &str, kafka: &KafkaConfig) -> Result<KafkaSink, SinkError> {
-        KafkaSink::with_stats(brokers, kafka, None)
+        KafkaSink::with_stats(brokers, kafka, QueueBound::default(), None)
     }
 
     /// As [`KafkaSink::new`], handing librdkafka's statistics to `stats`
     /// every `statistics.interval.ms` ([`STATS_INTERVAL_MS`] unless
-    /// `[kafka.properties]` sets it; "0" there turns them off).
+    /// `[kafka.properties]` sets it; "0" there turns them off), with the
+    /// queue sized to the caller's in-flight `window`.
     pub fn with_stats(
         brokers: &str,
         kafka: &KafkaConfig,
+        window: QueueBound,
         stats: Option<StatsHook>,
     ) -> Result<KafkaSink, SinkError> {
-        let mut config = client_config(brokers, &kafka.properties)?;
+        let mut config = producer_config(brokers, &kafka.properties, window)?;
         config.set_log_level(delivery::log_level());
         if stats.is_some() && !kafka.properties.contains_key("statistics.interval.ms") {
             config.set("statistics.interval.ms", STATS_INTERVAL_MS);

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::pgoutput::Decoder;
-use super::replication::{ReplicationError, ReplicationStream, ServerMessage};
+use super::replication::{MessageSkip, ReplicationError, ReplicationStream, ServerMessage};
 use super::session::{ConfirmCeiling, SourceError};
 use super::transactions::{IgnoredCounts, SourceItem, TransactionAssembler};
 use crate::Lsn;
@@ -120,6 +120,10 @@ impl SourceHandle {
         });
         let mut stream = stream;
         stream.set_stream_timeout(opts.stream_timeout);
+        // Messages the assembler would ignore are dropped as they stream:
+        // only their header reaches the decoder (issue: a 200 MB message of
+        // another prefix used to be held whole).
+        stream.skip_messages(MessageSkip::new(assembler.message_prefix()));
         let driver = Driver {
             stream,
             decoder,
@@ -301,6 +305,7 @@ impl Driver {
                 status_at = status_at.min(self.stream.next_probe());
             }
             let status_at = Instant::from_std(status_at);
+            self.stream.set_in_stream(self.decoder.in_stream());
             let dead_at = Instant::from_std(self.stream.dead_at());
             tokio::select! {
                 biased;

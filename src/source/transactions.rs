@@ -105,6 +105,11 @@ impl TransactionAssembler {
         self.ignored
     }
 
+    /// The prefix of the messages that are outbox events, if any.
+    pub fn message_prefix(&self) -> Option<&str> {
+        self.message_prefix.as_deref()
+    }
+
     /// True between Begin and Commit: keepalive positions must not be
     /// confirmed then, since they may lie inside the open transaction.
     pub fn in_transaction(&self) -> bool {

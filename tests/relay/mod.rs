@@ -8,6 +8,7 @@ mod dead_link;
 mod e2e;
 mod faults;
 mod ledger_acks;
+mod memory;
 mod names;
 mod partitioned;
 mod pg_restart;

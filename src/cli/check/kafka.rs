@@ -26,8 +26,8 @@ use rdkafka::ClientContext;
 use crate::config::routing::{parse_template, TemplatePart};
 use crate::config::{Config, OnError};
 use crate::sink::{
-    admin_client_config, client_config, inspect_ledger_topic, new_ledger_topic, LedgerTopicError,
-    LedgerTopicState, SinkError, LEDGER_TOPIC_PARTITIONS,
+    admin_client_config, inspect_ledger_topic, new_ledger_topic, producer_config, LedgerTopicError,
+    LedgerTopicState, QueueBound, SinkError, LEDGER_TOPIC_PARTITIONS,
 };
 
 use super::Line;
@@ -336,7 +336,8 @@ impl ProducerContext for Probe {
 async fn idempotence_line(brokers: &str, cfg: &Config) -> Line {
     // The relay's own producer configuration, so a property it would refuse
     // or that breaks the connection shows up here too.
-    let mut config = match client_config(brokers, &cfg.kafka.properties) {
+    let window = QueueBound::of(&cfg.relay);
+    let mut config = match producer_config(brokers, &cfg.kafka.properties, window) {
         Ok(c) => c,
         Err(e) => return Line::fail("idempotence", e),
     };

@@ -5,12 +5,19 @@
 //! loses nothing. CopyData and CopyBothResponse are recognised here because
 //! postgres-protocol's parser rejects `'W'`, and because CopyData payloads
 //! should stay zero-copy `Bytes` for the decoder.
+//!
+//! With a [`MessageSkip`] set, a logical-decoding message outboxd does not
+//! want is not buffered whole: its header is handed on with an empty content
+//! and the content bytes are dropped as they arrive (`discard`), so a 1 GiB
+//! message costs one read buffer. That state lives in `self` too, and each
+//! call of `try_split_frame` changes it without awaiting: still cancel-safe.
 
 use bytes::{Buf, Bytes, BytesMut};
 use postgres_protocol::message::backend::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::error::{ReplicationError, ServerError};
+use super::message_skip::{Decision, MessageSkip, MAX_HEADER_LEN};
 
 /// Any byte stream: a TcpStream or a TLS stream over one.
 pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -34,6 +41,11 @@ const READ_BUF_CAPACITY: usize = 64 * 1024;
 pub struct FramedConnection {
     socket: Box<dyn Socket>,
     read_buf: BytesMut,
+    /// Which messages are skipped as they stream; `None` before the stream
+    /// starts (and in the startup flows).
+    skip: Option<MessageSkip>,
+    /// Bytes of a skipped message's content still to drop.
+    discard: usize,
     pub(crate) write_buf: BytesMut,
     /// `user@host:port/db`, for errors.
     pub(crate) server: String,
@@ -44,8 +56,22 @@ impl FramedConnection {
         FramedConnection {
             socket,
             read_buf: BytesMut::with_capacity(READ_BUF_CAPACITY),
+            skip: None,
+            discard: 0,
             write_buf: BytesMut::with_capacity(1024),
             server,
+        }
+    }
+
+    /// Skip the messages `skip` does not keep from now on.
+    pub(crate) fn skip_messages(&mut self, skip: MessageSkip) {
+        self.skip = Some(skip);
+    }
+
+    /// Whether the next frame is inside a stream block (see [`MessageSkip`]).
+    pub(crate) fn set_in_stream(&mut self, in_stream: bool) {
+        if let Some(skip) = &mut self.skip {
+            skip.set_in_stream(in_stream);
         }
     }
 
@@ -91,6 +117,9 @@ impl FramedConnection {
 
     /// Splits one complete frame off the buffer, if there is one.
     fn try_split_frame(&mut self) -> Result<Option<Frame>, ReplicationError> {
+        if self.drop_discarded() {
+            return Ok(None);
+        }
         if self.read_buf.len() < 5 {
             return Ok(None);
         }
@@ -107,6 +136,11 @@ impl FramedConnection {
             );
         }
         let total = len + 1;
+        if tag == b'd' {
+            if let Some(frame) = self.try_skip(total) {
+                return Ok(frame);
+            }
+        }
         if self.read_buf.len() < total {
             self.read_buf.reserve(total - self.read_buf.len());
             return Ok(None);
@@ -131,6 +165,45 @@ impl FramedConnection {
         }
     }
 
+    /// Drops buffered bytes of a skipped content; true while more are due.
+    fn drop_discarded(&mut self) -> bool {
+        let n = self.discard.min(self.read_buf.len());
+        self.read_buf.advance(n);
+        self.discard -= n;
+        self.discard > 0
+    }
+
+    /// For a CopyData frame of `total` bytes (tag and length included) at
+    /// the start of the buffer: `Some(None)` while its header is incomplete,
+    /// `Some(Some(header))` when it is a message to skip, `None` to read it
+    /// whole.
+    fn try_skip(&mut self, total: usize) -> Option<Option<Frame>> {
+        let skip = self.skip.as_ref()?;
+        let head = self.read_buf.get(5..total.min(self.read_buf.len()))?;
+        match skip.decide(head, total - 5) {
+            Decision::Keep => None,
+            Decision::NeedMore => {
+                let wanted = (total - self.read_buf.len()).min(MAX_HEADER_LEN);
+                self.read_buf.reserve(wanted);
+                Some(None)
+            }
+            Decision::Skip {
+                header_len,
+                content_len,
+            } => {
+                let mut header = self.read_buf.split_to(5 + header_len);
+                header.advance(5);
+                // The content length becomes 0: the decoder sees a whole,
+                // empty message at the same WAL position.
+                let n = header.len();
+                header[n - 4..].fill(0);
+                self.discard = content_len;
+                self.drop_discarded();
+                Some(Some(Frame::CopyData(header.freeze())))
+            }
+        }
+    }
+
     /// Sends and clears `write_buf`. Not cancel-safe: never call it inside a
     /// `select!` branch condition.
     pub async fn flush(&mut self) -> Result<(), ReplicationError> {
@@ -149,3 +222,28 @@ impl FramedConnection {
         let _ = self.socket.shutdown().await;
     }
 }
+
+#[cfg(test)]
+impl FramedConnection {
+    /// Bytes as if read from the socket.
+    pub(crate) fn feed(&mut self, bytes: &[u8]) {
+        self.read_buf.extend_from_slice(bytes);
+    }
+
+    /// Every frame complete in what was fed so far.
+    pub(crate) fn frames(&mut self) -> Result<Vec<Frame>, ReplicationError> {
+        let mut out = Vec::new();
+        while let Some(f) = self.try_split_frame()? {
+            out.push(f);
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn read_capacity(&self) -> usize {
+        self.read_buf.capacity()
+    }
+}
+
+#[cfg(test)]
+#[path = "framed_tests.rs"]
+mod tests;

@@ -13,6 +13,7 @@ use postgres_protocol::message::frontend;
 
 use super::error::{ReplicationError, ServerError};
 use super::framed::{Frame, FramedConnection};
+use super::message_skip::MessageSkip;
 use super::protocol::{encode_status_update, parse_server_message, pg_now_us, ServerMessage};
 use crate::Lsn;
 
@@ -99,6 +100,18 @@ impl ReplicationStream {
             received: start,
             liveness: Liveness::new(DEFAULT_STREAM_TIMEOUT, Instant::now()),
         }
+    }
+
+    /// Skip the logical-decoding messages `skip` does not keep as they
+    /// stream, never holding their content (see [`MessageSkip`]).
+    pub(crate) fn skip_messages(&mut self, skip: MessageSkip) {
+        self.framed.skip_messages(skip);
+    }
+
+    /// Whether the next message is inside a stream block (the decoder's
+    /// state), which changes how a message's header is laid out.
+    pub(crate) fn set_in_stream(&mut self, in_stream: bool) {
+        self.framed.set_in_stream(in_stream);
     }
 
     /// Silence allowed before [`dead_at`](Self::dead_at) passes
