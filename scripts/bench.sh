@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # outboxd beside its baselines, same PostgreSQL, same Kafka, same workload, one run.
 #
-#   scripts/bench.sh [EVENTS]        EVENTS per drain, default 50000 (the issue's table: 200000)
+#   scripts/bench.sh [EVENTS]        EVENTS per drain, default 200000 (as in issue 10)
 #
 # Builds release binaries, fetches Debezium (scripts/debezium.sh, cached), starts a
 # private PostgreSQL 15 and a single Kafka broker on loopback, and runs each system in
@@ -48,7 +48,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-events=${1:-${BENCH_EVENTS:-50000}}
+events=${1:-${BENCH_EVENTS:-200000}}
 systems=${BENCH_SYSTEMS:-outboxd polling debezium recvlogical}
 bulk=${BENCH_BULK_TXN:-100}
 rates=${BENCH_RATES:-1000 10000}

@@ -43,6 +43,16 @@ def drain_eps(system, shape):
     return n * 1000 / max(r["last_arrival_ms"] - m[f"{system}.{atype}.start_ms"], 1)
 
 
+def flow_eps(system, shape):
+    """Drain throughput without the start-up: first → last event at the consumer."""
+    if system == "recvlogical":
+        return drain_eps(system, shape)
+    r = report(system, f"{system}-drain-{shape}")
+    if not r or not r["complete"]:
+        return None
+    return r["count"] * 1000 / max(r["last_arrival_ms"] - r["first_arrival_ms"], 1)
+
+
 def first_event_s(system, shape):
     atype = f"{system}-drain-{shape}"
     r = report(system, atype)
@@ -52,6 +62,9 @@ def first_event_s(system, shape):
 
 
 def cpu_us(system, atype):
+    r = report(system, atype)
+    if not r or not r["complete"]:
+        return None  # a short phase's CPU is not per event
     n = m.get(f"{system}.{atype}.events")
     t = m.get(f"{system}.{atype}.cpu_ticks")
     return t / tck * 1e6 / n if n and t is not None else None
@@ -108,6 +121,7 @@ for shape in shapes:
         return f"{v / c:.2f} ×" if v and c else None
     if ceiling:
         row(f"  … ratio to pg_recvlogical ({label})", vs_ceiling, ratio=False)
+    row(f"  … first → last event, start-up left out ({label}, events/s)", lambda s: flow_eps(s, shape))
 for shape in shapes:
     row(f"start → first event, drain of {shape}-row transactions (s)", lambda s: first_event_s(s, shape),
         "{:.2f}", systems_=relays)
@@ -116,7 +130,7 @@ for shape in shapes:
         lambda s: cpu_us(s, f"{s}-drain-{shape}"), "{:.1f}", systems_=relays)
 row("peak RSS through a drain (MiB)",
     lambda s: max(m.get(f"{s}.{s}-drain-{sh}.peak_rss_kib", 0) for sh in shapes) / 1024, "{:.1f}", systems_=relays)
-row("peak RSS, whole run (MiB)", lambda s: m.get(f"{s}.peak_rss_kib", 0) / 1024, "{:.1f}", systems_=relays)
+row(f"peak RSS, {bulk}-row drain and steady phases (one process, MiB)", lambda s: m.get(f"{s}.peak_rss_kib", 0) / 1024, "{:.1f}", systems_=relays)
 for rate in rates:
     row(f"steady {int(rate):,} events/s: writers reached (events/s)",
         lambda s: m.get(f"{s}.{s}-steady-{rate}.writer_tps", 0) * int(steady_txn), systems_=relays, ratio=False)
