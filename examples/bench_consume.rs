@@ -10,11 +10,16 @@
 //!
 //! Latency is the arrival wall clock minus the record timestamp: outboxd
 //! stamps a record with its transaction's commit time, the polling relay with
-//! `created_at`, so it is end-to-end, commit (or insert) to consumer. Both
-//! clocks are this machine's. Duplicates are counted by the `id` header.
+//! `created_at`, so it is end-to-end, commit (or insert) to consumer. With
+//! `--ts-field F` it is measured from the payload's JSON field F instead
+//! (microseconds since the epoch, written by the writer's transaction): the
+//! same start for every relay, whatever it puts in the record timestamp
+//! (Debezium's EventRouter stamps its own processing time). Both clocks are
+//! this machine's. Duplicates are counted by the `id` header.
 //!
 //! ```text
-//! bench_consume [--create-partitions P] [--ready-file F] [--idle-timeout-s S] BROKERS COUNT TOPIC...
+//! bench_consume [--create-partitions P] [--ready-file F] [--idle-timeout-s S] [--ts-field F]
+//!               BROKERS COUNT TOPIC...
 //! ```
 //!
 //! `--create-partitions` creates missing topics first (so the consumer is
@@ -47,6 +52,9 @@ struct Args {
     /// Give up after this long without a new record.
     #[arg(long, default_value_t = 60)]
     idle_timeout_s: u64,
+    /// Measure latency from this payload field (epoch microseconds), not the record timestamp.
+    #[arg(long)]
+    ts_field: Option<String>,
     brokers: String,
     count: usize,
     #[arg(required = true)]
@@ -101,8 +109,14 @@ fn main() {
         last_progress = Instant::now();
         first_arrival_us.get_or_insert(arrival_us);
         last_arrival_us = arrival_us;
-        let timestamp_ms = message.timestamp().to_millis().unwrap_or(arrival_us / 1000);
-        latencies_ms.push((arrival_us - timestamp_ms * 1000) as f64 / 1000.0);
+        let start_us = match &args.ts_field {
+            Some(field) => payload_us(message.payload(), field).unwrap_or_else(|| {
+                eprintln!("bench_consume: a record without a numeric payload field {field}");
+                std::process::exit(2);
+            }),
+            None => message.timestamp().to_millis().unwrap_or(arrival_us / 1000) * 1000,
+        };
+        latencies_ms.push((arrival_us - start_us) as f64 / 1000.0);
         let id = message.headers().and_then(|headers| {
             headers
                 .iter()
@@ -198,6 +212,12 @@ fn create_topics(brokers: &str, topics: &[String], partitions: i32) {
             }
         }
     }
+}
+
+/// The integer JSON field `field` of a payload.
+fn payload_us(payload: Option<&[u8]>, field: &str) -> Option<i64> {
+    let value: serde_json::Value = serde_json::from_slice(payload?).ok()?;
+    value.get(field)?.as_i64()
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
