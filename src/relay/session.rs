@@ -42,6 +42,12 @@ use crate::source::session::{SourceError, SourceSession};
 /// shutdown are looked at in between.
 const BATCH: usize = 64;
 
+/// Events in flight up to which a relay that has caught up with the
+/// walsender sends at once instead of lingering. More in flight is a
+/// backlog being drained: the produce request in flight takes longer than
+/// the linger, so waiting costs no latency and fills the next batch.
+const SEND_NOW_MAX_IN_FLIGHT: usize = 512;
+
 /// Least time a graceful stop waits for the table watch to vouch for the
 /// last acked position (beyond three status intervals): two looks on a
 /// slow connection.
@@ -326,6 +332,13 @@ impl<'a> Session<'a> {
                             break;
                         }
                         let Some(streamed) = s.source.try_recv() else {
+                            // Caught up with the walsender and little in
+                            // flight: no batch mate is coming, so lingering
+                            // would only add latency. A deep queue means a
+                            // backlog, where lingering fills the batches.
+                            if s.tracker.in_flight() <= SEND_NOW_MAX_IN_FLIGHT {
+                                s.sink.send_now();
+                            }
                             break;
                         };
                         if let Some(end) = s.on_streamed(streamed).await? {

@@ -53,6 +53,7 @@ mod delivery;
 mod error;
 mod ledger_topic;
 mod producer;
+mod send_now;
 mod topics;
 
 #[cfg(test)]

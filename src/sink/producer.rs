@@ -12,6 +12,7 @@ use tokio::sync::mpsc::{self, UnboundedReceiver};
 use super::config::{producer_config, QueueBound};
 use super::delivery::{self, classify, DeliveryContext, DeliveryReport, FailureKind, StatsHook};
 use super::error::{creation_error, SendError, SinkError};
+use super::send_now::SendNow;
 use crate::config::KafkaConfig;
 
 /// How often [`KafkaSink::flush`] looks at the queue: short next to the
@@ -35,6 +36,8 @@ pub struct KafkaSink {
     /// it for at most [`CONNECT_POLL`] at a time.
     producer: Arc<ThreadedProducer<DeliveryContext>>,
     reports: UnboundedReceiver<DeliveryReport>,
+    /// Cuts `linger.ms` short when the relay has nothing more to send.
+    send_now: Option<SendNow>,
 }
 
 impl KafkaSink {
@@ -59,13 +62,17 @@ impl KafkaSink {
         if stats.is_some() && !kafka.properties.contains_key("statistics.interval.ms") {
             config.set("statistics.interval.ms", STATS_INTERVAL_MS);
         }
+        let linger_ms = linger_ms(&config);
         let (tx, reports) = mpsc::unbounded_channel();
         let producer = config
             .create_with_context(DeliveryContext::new(tx).with_stats(stats))
             .map_err(|e| creation_error("producer", e, &kafka.properties))?;
+        let producer = Arc::new(producer);
+        let send_now = SendNow::start(&producer, linger_ms);
         Ok(KafkaSink {
-            producer: Arc::new(producer),
+            producer,
             reports,
+            send_now,
         })
     }
 
@@ -148,6 +155,14 @@ impl KafkaSink {
         }
     }
 
+    /// Nothing more is coming for now: what is queued goes out without
+    /// waiting for `linger.ms` (see [`super::send_now`]). Never blocks.
+    pub fn send_now(&self) {
+        if let Some(send_now) = &self.send_now {
+            send_now.request();
+        }
+    }
+
     fn send_error(&self, code: Option<RDKafkaErrorCode>) -> SendError {
         let code = code.unwrap_or(RDKafkaErrorCode::Fail);
         let message = match code {
@@ -226,5 +241,39 @@ impl KafkaSink {
     pub fn purge(&self) {
         self.producer
             .purge(PurgeConfig::default().queue().inflight().non_blocking());
+    }
+}
+
+/// The producer's effective `linger.ms` (librdkafka takes a fraction of a
+/// millisecond; rounded up, so a linger is never cut to nothing by rounding).
+fn linger_ms(config: &rdkafka::ClientConfig) -> u32 {
+    ["linger.ms", "queue.buffering.max.ms"]
+        .iter()
+        .find_map(|name| config.get(name))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .map_or(0, |v| v.ceil().min(f64::from(u32::MAX)) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::linger_ms;
+
+    fn with(props: &[(&str, &str)]) -> u32 {
+        let mut c = rdkafka::ClientConfig::new();
+        for (k, v) in props {
+            c.set(*k, *v);
+        }
+        linger_ms(&c)
+    }
+
+    #[test]
+    fn linger_is_read_under_either_name_and_rounded_up() {
+        assert_eq!(with(&[("linger.ms", "5")]), 5);
+        assert_eq!(with(&[("queue.buffering.max.ms", "20")]), 20);
+        assert_eq!(with(&[("linger.ms", "0.5")]), 1);
+        assert_eq!(with(&[("linger.ms", "0")]), 0);
+        assert_eq!(with(&[]), 0);
+        assert_eq!(with(&[("linger.ms", "soon")]), 0);
     }
 }

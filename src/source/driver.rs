@@ -123,7 +123,7 @@ impl SourceHandle {
         // Messages the assembler would ignore are dropped as they stream:
         // only their header reaches the decoder (issue: a 200 MB message of
         // another prefix used to be held whole).
-        stream.skip_messages(MessageSkip::new(assembler.message_prefix()));
+        stream.skip_messages(MessageSkip::new(assembler.message_prefixes()));
         let driver = Driver {
             stream,
             decoder,

@@ -105,9 +105,10 @@ impl TransactionAssembler {
         self.ignored
     }
 
-    /// The prefix of the messages that are outbox events, if any.
-    pub fn message_prefix(&self) -> Option<&str> {
-        self.message_prefix.as_deref()
+    /// The prefixes of the messages that are outbox events (none: messages
+    /// are disabled).
+    pub fn message_prefixes(&self) -> impl Iterator<Item = &str> {
+        self.message_prefixes.iter().map(String::as_str)
     }
 
     /// True between Begin and Commit: keepalive positions must not be

@@ -34,11 +34,11 @@ pub(crate) enum Decision {
     },
 }
 
-/// The messages to skip: those whose prefix is not `keep_prefix` (all of
-/// them when it is `None`).
+/// The messages to skip: those whose prefix is none of `keep_prefixes`
+/// (all of them when there is none).
 #[derive(Debug, Clone)]
 pub(crate) struct MessageSkip {
-    keep_prefix: Option<Vec<u8>>,
+    keep_prefixes: Vec<Vec<u8>>,
     /// From protocol 2 on, a message inside a stream block (Stream Start …
     /// Stream Stop) has an xid after its tag. Set by whoever tracks the
     /// stream state (the decoder) before each frame is read.
@@ -46,9 +46,12 @@ pub(crate) struct MessageSkip {
 }
 
 impl MessageSkip {
-    pub(crate) fn new(keep_prefix: Option<&str>) -> Self {
+    pub(crate) fn new<'a>(keep_prefixes: impl IntoIterator<Item = &'a str>) -> Self {
         MessageSkip {
-            keep_prefix: keep_prefix.map(|p| p.as_bytes().to_vec()),
+            keep_prefixes: keep_prefixes
+                .into_iter()
+                .map(|p| p.as_bytes().to_vec())
+                .collect(),
             in_stream: false,
         }
     }
@@ -96,7 +99,7 @@ impl MessageSkip {
         if payload_len.checked_sub(header_len) != Some(content_len) {
             return Decision::Keep;
         }
-        if self.keep_prefix.as_deref() == Some(prefix) {
+        if self.keep_prefixes.iter().any(|p| p == prefix) {
             return Decision::Keep;
         }
         Decision::Skip {
