@@ -206,6 +206,16 @@ async fn watch_loop(mut l: Looker) {
             _ = l.hurry.notified() => {}
         }
         let now = match l.look().await {
+            // A terminated backend says 57P01 like a server shutting down.
+            // Only a new connection tells them apart: a server shutting
+            // down refuses it (57P03), and that ends the watch below.
+            Err(e) if l.client.is_none() && terminated(&e) => {
+                tracing::info!("table watch: its SQL connection closed; reconnecting");
+                l.look().await
+            }
+            other => other,
+        };
+        let now = match now {
             Ok(now) => now,
             Err(e) => {
                 // Once per outage, not once per interval.
@@ -257,6 +267,13 @@ async fn watch_loop(mut l: Looker) {
             }
         }
     }
+}
+
+/// The watch's own backend was terminated (`pg_terminate_backend`, or a
+/// shutdown) while it asked something.
+fn terminated(e: &AdminError) -> bool {
+    matches!(e, AdminError::Sql { source, .. }
+        if source.as_db_error().is_some_and(|db| db.code().code() == "57P01"))
 }
 
 impl Looker {
