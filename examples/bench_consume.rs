@@ -5,7 +5,8 @@
 //! ```json
 //! {"count":50000,"expected":50000,"complete":true,"duplicates":0,
 //!  "first_arrival_ms":…,"last_arrival_ms":…,"span_s":24.9,"throughput_eps":2008.1,
-//!  "latency_ms":{"p50":12.1,"p95":30.2,"p99":55.0,"max":120.4,"mean":14.0}}
+//!  "latency_ms":{"p50":12.1,"p95":30.2,"p99":55.0,"max":120.4,"mean":14.0},
+//!  "record_latency_ms":{"p50":3.0,"p99":9.0,"max":20.0}}
 //! ```
 //!
 //! Latency is the arrival wall clock minus the record timestamp: outboxd
@@ -15,7 +16,9 @@
 //! (microseconds since the epoch, written by the writer's transaction): the
 //! same start for every relay, whatever it puts in the record timestamp
 //! (Debezium's EventRouter stamps its own processing time). Both clocks are
-//! this machine's. Duplicates are counted by the `id` header.
+//! this machine's. `record_latency_ms` is always from the record timestamp
+//! (with `--ts-field` too): for outboxd, commit -> consumer. Duplicates are
+//! counted by the `id` header.
 //!
 //! ```text
 //! bench_consume [--create-partitions P] [--ready-file F] [--idle-timeout-s S] [--ts-field F]
@@ -88,6 +91,7 @@ fn main() {
     }
 
     let mut latencies_ms: Vec<f64> = Vec::with_capacity(args.count);
+    let mut record_latencies_ms: Vec<f64> = Vec::with_capacity(args.count);
     let mut ids: HashSet<Vec<u8>> = HashSet::with_capacity(args.count);
     let mut duplicates = 0u64;
     let mut first_arrival_us = None;
@@ -117,6 +121,11 @@ fn main() {
             None => message.timestamp().to_millis().unwrap_or(arrival_us / 1000) * 1000,
         };
         latencies_ms.push((arrival_us - start_us) as f64 / 1000.0);
+        // Also from the record timestamp, whatever --ts-field says: for
+        // outboxd that is the commit time, so this is commit -> consumer.
+        if let Some(ts_ms) = message.timestamp().to_millis() {
+            record_latencies_ms.push((arrival_us - ts_ms * 1000) as f64 / 1000.0);
+        }
         let id = message.headers().and_then(|headers| {
             headers
                 .iter()
@@ -139,6 +148,7 @@ fn main() {
         0.0
     };
     latencies_ms.sort_by(f64::total_cmp);
+    record_latencies_ms.sort_by(f64::total_cmp);
     let complete = count >= args.count;
     let report = serde_json::json!({
         "count": count,
@@ -155,6 +165,13 @@ fn main() {
             "p99": percentile(&latencies_ms, 0.99),
             "max": latencies_ms.last().copied().unwrap_or(0.0),
             "mean": round3(mean),
+        },
+        // Arrival minus the record timestamp (millisecond resolution, so up
+        // to 1 ms high).
+        "record_latency_ms": {
+            "p50": percentile(&record_latencies_ms, 0.50),
+            "p99": percentile(&record_latencies_ms, 0.99),
+            "max": record_latencies_ms.last().copied().unwrap_or(0.0),
         },
     });
     println!("{report}");

@@ -75,6 +75,14 @@ def latency(system, rate, q):
     return r["latency_ms"][q] if r and r["count"] else None
 
 
+def commit_latency(system, rate, q):
+    """Arrival minus the record timestamp, which only outboxd sets to the
+    commit time (the poller stamps created_at, Debezium its processing
+    time): commit → consumer."""
+    r = report(system, f"{system}-steady-{rate}")
+    return r.get("record_latency_ms", {}).get(q) if r and r["count"] else None
+
+
 def delivered_eps(system, rate):
     r = report(system, f"{system}-steady-{rate}")
     return r["throughput_eps"] if r else None
@@ -137,6 +145,9 @@ for rate in rates:
     for q in ("p50", "p99", "max"):
         row(f"steady {int(rate):,} events/s: latency write → consumer {q} (ms)",
             lambda s: latency(s, rate, q), "{:,.1f}", systems_=relays)
+    for q in ("p50", "p99"):
+        row(f"steady {int(rate):,} events/s: latency commit → consumer {q} (ms, outboxd: record timestamp)",
+            lambda s: commit_latency(s, rate, q), "{:,.1f}", systems_=["outboxd"], ratio=False)
     row(f"steady {int(rate):,} events/s: CPU per event (µs)",
         lambda s: cpu_us(s, f"{s}-steady-{rate}"), "{:.1f}", systems_=relays)
 row("duplicates (all phases)", lambda s: sum((report(s, a) or {}).get("duplicates", 0) for a in
