@@ -10,11 +10,12 @@ use crate::config::units::{de_duration, de_size};
 
 /// Events read but not yet acknowledged by Kafka. Each costs about 1.6 KiB
 /// while in flight (the decoded row, the record, librdkafka's copy), and a
-/// broker outage fills the window: 4096 keeps peak RSS under 32 MiB through
-/// a 60 s outage under load (38 MiB with 10,000), and drains 200,000 events
-/// as fast as 10,000 did (at 60,000 events/s and 10 ms to an ack, about 600
-/// are in flight). It also bounds what is replayed after a crash.
-pub const DEFAULT_MAX_IN_FLIGHT_EVENTS: usize = 4096;
+/// broker outage fills the window. Through a drain of 200,000 events in
+/// 100-row transactions (`scripts/profile.sh`, three rounds each) 2048 peaked
+/// at 23-24 MiB RSS and 4096 at 29-33 MiB (38 MiB with 10,000), at the same
+/// throughput: at 60,000 events/s and 10 ms to an ack about 600 are in
+/// flight. It also bounds what is replayed after a crash.
+pub const DEFAULT_MAX_IN_FLIGHT_EVENTS: usize = 2048;
 /// Bytes of payload in flight. 64 MiB caps memory when payloads are large,
 /// fitting comfortably in a 256 MiB container, whichever limit is hit first.
 pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u64 = 64 << 20;
