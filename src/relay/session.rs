@@ -6,7 +6,10 @@
 //! 2. delivery reports (acks move the confirmable position; a transport
 //!    failure ends the session),
 //! 3. the drain deadline,
-//! 4. what the driver read, only while in-flight events and bytes are under
+//! 4. a status update the driver sent, or the end of the ledger's interval
+//!    while the ledger has not taken what the driver confirmed (after every
+//!    turn the ledger is offered that position),
+//! 5. what the driver read, only while in-flight events and bytes are under
 //!    their limits (or else only the driver's failure).
 //!
 //! The walsender ends a connection it hears nothing from for
@@ -35,7 +38,7 @@ use crate::outbox::{KafkaRecord, OutboxEvent, TableMappers};
 use crate::progress::ledger::LedgerWriter;
 use crate::progress::{AckTracker, DeliveryId};
 use crate::sink::{KafkaSink, TopicManager};
-use crate::source::driver::{DriverOptions, SourceHandle, Streamed};
+use crate::source::driver::{DriverOptions, SourceHandle, StatusUpdates, Streamed};
 use crate::source::session::{SourceError, SourceSession};
 
 /// Items taken from the driver per wake-up at most, so that reports and
@@ -129,6 +132,9 @@ pub(crate) struct Session<'a> {
     pub(super) settings: &'a RelaySettings,
     /// The replication stream's driver.
     source: SourceHandle,
+    /// Its status updates, which wake the loop to offer the ledger what
+    /// was confirmed.
+    status_updates: StatusUpdates,
     /// The driver said the open transaction is complete after a drain
     /// request: nothing more comes.
     drained: bool,
@@ -221,6 +227,7 @@ impl<'a> Session<'a> {
         metrics::gauge!(m::HALTED).set(0.0);
         let mut s = Session {
             settings,
+            status_updates: source.status_updates(),
             source,
             drained: false,
             mapper,
@@ -292,6 +299,7 @@ impl<'a> Session<'a> {
             // While draining, the driver reads on only to finish the open
             // transaction, so a restart does not repeat half of it.
             let reading = s.may_read();
+            let ledger_due = s.ledger_due();
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|v| *v), if drain_deadline.is_none() => {
@@ -321,6 +329,12 @@ impl<'a> Session<'a> {
                     }
                 }
                 _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() => {}
+                // The driver confirmed something new, or the ledger may take
+                // what it confirmed: offered below. An idle relay wakes for
+                // nothing else, so the ledger would lag the slot until the
+                // next keepalive.
+                _ = s.status_updates.changed() => {}
+                _ = tokio::time::sleep_until(ledger_due.unwrap_or(far)), if ledger_due.is_some() => {}
                 // Not reading (a full window, a halt), only the driver's end.
                 streamed = s.source.next(reading) => {
                     if let Some(end) = s.on_streamed(streamed?).await? {
@@ -380,6 +394,15 @@ impl<'a> Session<'a> {
         let full = self.tracker.in_flight() >= relay.max_in_flight_events
             || self.tracker.in_flight_bytes() as u64 >= relay.max_in_flight_bytes;
         !full && self.halted.is_none() && self.resend.is_empty() && !self.drained
+    }
+
+    /// When the ledger writer would take the position the driver last
+    /// confirmed, if it has not yet.
+    fn ledger_due(&self) -> Option<Instant> {
+        let writer = self.ledger_writer.as_ref()?;
+        let now = std::time::Instant::now();
+        let at = writer.due_at(self.source.reported().confirmed, now)?;
+        Some(Instant::now() + at.saturating_duration_since(now))
     }
 
     /// A Commit handed to the tracker: the ledger entry at its end carries

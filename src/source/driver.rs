@@ -229,6 +229,12 @@ impl SourceHandle {
         *self.reported.borrow()
     }
 
+    /// Status updates as they are sent: a receiver of its own, so a
+    /// consumer can wait for one beside [`next`](Self::next).
+    pub(crate) fn status_updates(&self) -> StatusUpdates {
+        StatusUpdates(self.reported.clone())
+    }
+
     /// Confirms `confirmed` (within the ceiling) in a last status update
     /// and closes the connection cleanly.
     pub(crate) async fn finish(&mut self, confirmed: Lsn) -> Result<(), SourceError> {
@@ -241,6 +247,19 @@ impl SourceHandle {
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                 Err(_) => Ok(()),
             },
+        }
+    }
+}
+
+/// See [`SourceHandle::status_updates`].
+pub(crate) struct StatusUpdates(watch::Receiver<Reported>);
+
+impl StatusUpdates {
+    /// Resolves when the driver has told the server something since this
+    /// last resolved; never once the driver is gone. Cancel-safe.
+    pub(crate) async fn changed(&mut self) {
+        if self.0.changed().await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 }

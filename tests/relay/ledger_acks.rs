@@ -152,3 +152,59 @@ async fn ledger_entries_never_lead_the_acks_with_the_broker_paused() {
     assert!(after_pause > 0, "no ledger entry past the pause");
     drop(relay);
 }
+
+/// An idle relay's slot moves on keepalives only; the ledger must follow
+/// within about a status interval, not at whatever next wakes the relay (the
+/// next keepalive, seconds later: the ledger then lagged the slot by that
+/// much, and a restart saw a slot "ahead of the ledger").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_relays_ledger_follows_the_slot_within_an_interval() {
+    let broker = crate::harness::kafka::shared();
+    let slot = "ledgeridle";
+    let ledger_topic = format!("{slot}-ledger");
+    let e = env(broker.bootstrap(), slot, "");
+    use_ledger_topic(&e, &ledger_topic);
+    let relay = Relay::start(&e);
+    let pg = &e.pg;
+    pg.psql(
+        "app",
+        "SELECT outbox_emit('idle', 'a' || g, 'created', '{}'::jsonb) FROM generate_series(1, 10) g",
+    );
+    let written = lsn_now(pg);
+    let last_entry = || {
+        ledger_entries(broker, &ledger_topic)
+            .last()
+            .map(|(_, l)| l.confirmed_lsn)
+    };
+    tokio::task::block_in_place(|| {
+        wait_for("the events in the ledger", Duration::from_secs(60), || {
+            last_entry().is_some_and(|l| l >= written)
+        });
+        // WAL the publication does not carry: only a keepalive moves the slot
+        // past it (the driver asks for one after a third of
+        // postgres.stream_timeout of silence).
+        pg.psql("app", "INSERT INTO unpublished (note) VALUES ('idle')");
+        let target = lsn_now(pg);
+        wait_for(
+            "the slot past unpublished WAL",
+            Duration::from_secs(60),
+            || confirmed_lsn(pg, slot) >= target,
+        );
+        let slot_there = std::time::Instant::now();
+        let mut behind = Duration::ZERO;
+        while !last_entry().is_some_and(|l| l >= target) {
+            behind = slot_there.elapsed();
+            assert!(
+                behind < Duration::from_secs(3),
+                "the ledger stays behind the idle slot (at {target}) for more than 3 s \
+                 (status interval 200 ms); last entry {:?}",
+                last_entry()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!(
+            "idle: the ledger reached the slot's position {target} {behind:?} after the slot"
+        );
+    });
+    drop(relay);
+}

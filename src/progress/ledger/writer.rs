@@ -103,6 +103,22 @@ impl LedgerWriter {
         Some(self.emit(acked, wall_us))
     }
 
+    /// When [`offer`](Self::offer) would hand out an entry for `acked`: now
+    /// (`now`) if it is due already, the end of the interval if only the
+    /// interval holds it back, `None` if `acked` is nothing new. Lets the
+    /// caller come back for a position it was refused within the interval,
+    /// rather than wait for whatever wakes it next (an idle relay: the next
+    /// keepalive, many seconds later).
+    pub fn due_at(&self, acked: Lsn, now: Instant) -> Option<Instant> {
+        if !self.wants(acked) {
+            return None;
+        }
+        Some(
+            self.written_at
+                .map_or(now, |at| (at + self.interval).max(now)),
+        )
+    }
+
     /// As [`offer`](Self::offer), ignoring the interval: at shutdown, after
     /// the producer flushed, so the ledger ends where the slot does.
     pub fn flush(&mut self, acked: Lsn, wall_us: i64) -> Option<LedgerEntry> {
@@ -204,6 +220,19 @@ mod tests {
         assert_eq!(e.confirmed_lsn, Lsn(300));
         assert_eq!(e.commit_time_us, Some(7), "no later commit at or below");
         assert_eq!(e.written_at_us, 4);
+    }
+
+    #[test]
+    fn due_at_says_when_a_refused_position_would_be_written() {
+        let t0 = Instant::now();
+        let mut w = LedgerWriter::new(identity(), 1, 10 * SEC, None);
+        assert_eq!(w.due_at(Lsn(100), t0), Some(t0), "nothing written yet");
+        w.offer(Lsn(100), t0, 1).unwrap();
+        assert_eq!(w.due_at(Lsn(100), t0 + SEC), None, "not moved");
+        assert_eq!(w.due_at(Lsn(200), t0 + SEC), Some(t0 + 10 * SEC));
+        assert_eq!(w.offer(Lsn(200), t0 + SEC, 2), None);
+        assert_eq!(w.due_at(Lsn(200), t0 + 11 * SEC), Some(t0 + 11 * SEC));
+        assert!(w.offer(Lsn(200), t0 + 10 * SEC, 3).is_some(), "due then");
     }
 
     #[test]
