@@ -269,7 +269,7 @@ impl RelayLedger {
 /// The writer task: writes the newest pending entry, again after a failure
 /// (unless a newer one came meanwhile), until the relay is gone.
 async fn write_entries(
-    topic: LedgerTopic,
+    mut topic: LedgerTopic,
     mut pending: watch::Receiver<(u64, Option<LedgerEntry>)>,
     done: watch::Sender<u64>,
     known: Arc<Mutex<Vec<LedgerEntry>>>,
@@ -288,7 +288,10 @@ async fn write_entries(
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot write the position ledger; retrying (the ledger lags meanwhile, the relay goes on)");
+                    tracing::warn!(error = %e, "cannot write the position ledger; retrying with a new producer (the ledger lags meanwhile, the relay goes on)");
+                    if let Err(e) = topic.renew_producer() {
+                        tracing::debug!(error = %e, "cannot make a new ledger producer; retrying with the old one");
+                    }
                     tokio::time::sleep(RETRY).await;
                     if pending.has_changed().unwrap_or(true) {
                         break;

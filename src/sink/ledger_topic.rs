@@ -225,6 +225,8 @@ pub struct LedgerTopic {
     replication_factor: i32,
     admin: Arc<AdminClient<LedgerContext>>,
     producer: FutureProducer<LedgerContext>,
+    /// What [`renew_producer`](Self::renew_producer) makes a new one from.
+    producer_config: rdkafka::ClientConfig,
     /// For each read: a fresh consumer, so no state is carried over.
     consumer: rdkafka::ClientConfig,
 }
@@ -243,6 +245,7 @@ impl LedgerTopic {
             .map_err(|e| client("admin client", e))?;
         let mut producer = client_config(brokers, &kafka.properties).map_err(SinkError::from)?;
         producer.set_log_level(delivery::log_level());
+        let producer_config = producer.clone();
         let producer = producer
             .create_with_context(LedgerContext)
             .map_err(|e| client("ledger producer", e))?;
@@ -261,8 +264,29 @@ impl LedgerTopic {
             replication_factor: kafka.topic_replication_factor,
             admin: Arc::new(admin),
             producer,
+            producer_config,
             consumer,
         })
+    }
+
+    /// Replaces the producer with a new one (a new producer id). After a
+    /// broker paused under load, an idempotent producer was seen to time out
+    /// every later record for good while the relay's own producer went on;
+    /// a fresh one writes at once.
+    pub fn renew_producer(&mut self) -> Result<(), LedgerTopicError> {
+        let fresh = self
+            .producer_config
+            .create_with_context(LedgerContext)
+            .map_err(|e| {
+                LedgerTopicError::from(SinkError::Client {
+                    client: "ledger producer",
+                    source: e,
+                })
+            })?;
+        let old = std::mem::replace(&mut self.producer, fresh);
+        // Dropping a librdkafka client joins its threads: not on this one.
+        tokio::task::spawn_blocking(move || drop(old));
+        Ok(())
     }
 
     pub fn topic(&self) -> &str {

@@ -83,15 +83,26 @@ async fn ledger_entries_never_lead_the_acks_with_the_broker_paused() {
     });
     let end = lsn_now(pg);
     tokio::task::block_in_place(|| {
-        wait_for(
-            "the ledger to pass the end",
-            Duration::from_secs(60),
-            || {
-                ledger_entries(b, &ledger_topic)
-                    .last()
-                    .is_some_and(|(_, l)| l.confirmed_lsn >= end)
-            },
-        )
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let last = ledger_entries(b, &ledger_topic)
+                .last()
+                .map(|(_, l)| l.confirmed_lsn);
+            if last.is_some_and(|l| l >= end) {
+                break;
+            }
+            if std::time::Instant::now() >= deadline {
+                let log = std::fs::read_to_string(&relay.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(60).collect();
+                panic!(
+                    "the ledger did not pass the end {end} within 60 s: last entry {last:?}, \
+                     slot confirmed {}; relay log (last lines first):\n{}",
+                    confirmed_lsn(pg, slot),
+                    tail.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     });
 
     let mut first_append: HashMap<String, i64> = HashMap::new();
