@@ -62,7 +62,6 @@ dbz_flush_ms=${BENCH_DBZ_FLUSH_MS:-60000}
 dbz_heap=${BENCH_DBZ_HEAP:--Xms256m -Xmx1g}
 out=${BENCH_DIR:-$root/target/bench}
 plot_dir=${BENCH_PLOT_DIR:-$root/docs/benchmarks}
-payload_bytes=374
 partitions=6
 usage() { sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [[ $events =~ ^[0-9]+$ && $bulk =~ ^[0-9]+$ && $bulk -gt 0 && $events -ge $((bulk * clients)) ]] || usage
@@ -99,6 +98,8 @@ rm -rf "$out"
 mkdir -p "$out"
 # shellcheck source=scripts/lib/servers.sh
 source "$root/scripts/lib/servers.sh"
+# shellcheck source=scripts/lib/workload.sh
+source "$root/scripts/lib/workload.sh"
 
 relay_pid=
 consumer_pid=
@@ -136,32 +137,7 @@ failures=()
 put() { echo "$1=$2" >>"$metrics"; }
 now_ms() { date +%s%3N; }
 
-# utime+stime of PID in clock ticks; 0 if gone.
-ticks() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
-  local -a f
-  read -r -a f <<<"${stat##*) }" # f[0] is field 3 (state)
-  echo $((f[11] + f[12]))
-}
-peak_rss_kib() { sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$1/status" 2>/dev/null || echo 0; }
-
 # ---------------------------------------------------------------- workload
-
-# A 374-byte payload: fixed-width fields, padded by a note.
-payload_sql() { # pad
-  echo "jsonb_build_object('t', (extract(epoch FROM clock_timestamp()) * 1000000)::int8,
-      'orderId', lpad((:client_id * 100000000 + g)::text, 10, '0'), 'amount', '100.50', 'currency', 'RUB',
-      'customer', 'c-' || lpad(:agg::text, 3, '0'), 'note', '$1')"
-}
-pad=
-size_payload() {
-  local base
-  base=$(servers_psql postgres -At -c \
-    "SELECT octet_length($(payload_sql '' | sed 's/:client_id/0/; s/:agg/0/; s/\bg\b/1/')::text)")
-  ((base < payload_bytes)) || { echo "payload without note is already $base bytes" >&2; exit 1; }
-  pad=$(printf '%*s' $((payload_bytes - base)) '' | tr ' ' 'x')
-}
 
 # Writes COUNT events (rounded up to whole transactions per client) of aggregate type
 # ATYPE in TXN-row transactions, at RATE events/s (0 = as fast as pgbench goes);

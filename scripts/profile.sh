@@ -36,6 +36,8 @@ rm -rf "$out"
 mkdir -p "$out"
 # shellcheck source=scripts/lib/servers.sh
 source "$root/scripts/lib/servers.sh"
+# shellcheck source=scripts/lib/workload.sh
+source "$root/scripts/lib/workload.sh"
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; servers_stop' EXIT
 servers_pg_start "$out/servers" 15 "shared_buffers = 256MB" "max_wal_size = 2GB"
@@ -46,14 +48,12 @@ servers_psql prof -f migrations/001_outbox.sql -f migrations/002_outbox_emit.sql
   -c "SELECT pg_create_logical_replication_slot('outboxd', 'pgoutput')" >/dev/null
 
 # The payload scripts/bench.sh writes: 374 bytes of JSON over 200 aggregates.
-cat >"$out/write.sql.in" <<'SQL'
-\set agg random(0, 199)
-SELECT outbox_emit('@ATYPE@', ((:agg + g) % 200)::text, 'order.created',
-  jsonb_build_object('t', (extract(epoch FROM clock_timestamp()) * 1000000)::int8,
-    'orderId', lpad((:client_id * 100000000 + g)::text, 10, '0'), 'amount', '100.50',
-    'currency', 'RUB', 'customer', 'c-' || lpad(:agg::text, 3, '0'),
-    'note', repeat('x', 215))) FROM generate_series(1, :txn) g;
-SQL
+size_payload
+{
+  echo '\set agg random(0, 199)'
+  echo "SELECT outbox_emit('@ATYPE@', ((:agg + g) % 200)::text, 'order.created', $(payload_sql "$pad"))"
+  echo "  FROM generate_series(1, :txn) g;"
+} >"$out/write.sql.in"
 metrics_port=$(servers_free_port)
 cat >"$out/outboxd.toml" <<CONF
 [metrics]
@@ -65,7 +65,6 @@ brokers = "$KAFKA_BROKERS"
 [kafka.properties]
 ${OUTBOXD_TOML:-}
 CONF
-ticks() { local f; read -r -a f <<<"$(sed 's/.*) //' "/proc/$1/stat")"; echo $((f[11] + f[12])); }
 tck=$(getconf CLK_TCK)
 
 # Writes COUNT events of aggregate type ATYPE while outboxd is down, then
@@ -105,9 +104,10 @@ drain() { # atype count report
   local wal0 wal_last cons0 cons_last
   wal0=$(ticks "$walsender"); wal_last=$wal0
   cons0=$(ticks "$consumer"); cons_last=$cons0
+  local t
   while kill -0 "$consumer" 2>/dev/null; do
-    wal_last=$(ticks "$walsender" 2>/dev/null || echo "$wal_last")
-    cons_last=$(ticks "$consumer" 2>/dev/null || echo "$cons_last")
+    t=$(ticks "$walsender"); ((t == 0)) || wal_last=$t
+    t=$(ticks "$consumer"); ((t == 0)) || cons_last=$t
     sleep 0.2
   done
   wait "$consumer" || true
@@ -116,7 +116,7 @@ drain() { # atype count report
   relay_ticks=$(ticks "$relay")
   broker_ticks=$(($(ticks "$KAFKA_PID") - broker0))
   local threads hwm
-  hwm=$(sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$relay/status")
+  hwm=$(peak_rss_kib "$relay")
   grep -E "^(VmHWM|VmRSS|RssAnon|RssFile)" "/proc/$relay/status" | tr -s " \t" " " | paste -sd" " >&2
   threads=$(for t in /proc/"$relay"/task/*; do echo "$(cat "$t/comm")=$(ticks "${t#/proc/}")"; done)
   [[ -z $perf_pid ]] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
