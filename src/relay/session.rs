@@ -400,9 +400,8 @@ impl<'a> Session<'a> {
     /// confirmed, if it has not yet.
     fn ledger_due(&self) -> Option<Instant> {
         let writer = self.ledger_writer.as_ref()?;
-        let now = std::time::Instant::now();
-        let at = writer.due_at(self.source.reported().confirmed, now)?;
-        Some(Instant::now() + at.saturating_duration_since(now))
+        let at = writer.due_at(self.source.reported().confirmed, std::time::Instant::now())?;
+        Some(Instant::from_std(at))
     }
 
     /// A Commit handed to the tracker: the ledger entry at its end carries
