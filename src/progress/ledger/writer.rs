@@ -26,7 +26,7 @@ use crate::Lsn;
 
 /// A transaction's Commit as the writer needs it: end LSN and commit time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CommitPosition {
+pub(crate) struct CommitPosition {
     pub end_lsn: Lsn,
     /// Microseconds since the Unix epoch.
     pub commit_time_us: i64,
@@ -35,7 +35,7 @@ pub struct CommitPosition {
 /// When to write the ledger; see the module documentation. Pure: the caller
 /// passes the clock.
 #[derive(Debug)]
-pub struct LedgerWriter {
+pub(crate) struct LedgerWriter {
     identity: LedgerIdentity,
     timeline: u32,
     interval: Duration,
@@ -59,7 +59,7 @@ impl LedgerWriter {
     /// `interval`. `previous` is what the ledger holds (if anything): its
     /// accepted gaps are kept, and when it is this identity's, its position
     /// is the floor of what will be written.
-    pub fn new(
+    pub(crate) fn new(
         identity: LedgerIdentity,
         timeline: u32,
         interval: Duration,
@@ -84,14 +84,14 @@ impl LedgerWriter {
     /// Notes a Commit, in WAL order, when the relay hands it to the tracker
     /// ([`AckTracker::commit`](crate::progress::AckTracker::commit)), so an
     /// entry can carry its commit time.
-    pub fn note_commit(&mut self, commit: CommitPosition) {
+    pub(crate) fn note_commit(&mut self, commit: CommitPosition) {
         self.commits.push_back(commit);
     }
 
     /// `acked` is the tracker's confirmable LSN now. Returns the entry to
     /// write when it moved past the last one written (or a rewrite is due)
     /// and the last one is at least an interval old.
-    pub fn offer(&mut self, acked: Lsn, now: Instant, wall_us: i64) -> Option<LedgerEntry> {
+    pub(crate) fn offer(&mut self, acked: Lsn, now: Instant, wall_us: i64) -> Option<LedgerEntry> {
         self.settle_commits(acked);
         let due = self.written_at.map_or(true, |at| {
             now.saturating_duration_since(at) >= self.interval
@@ -109,7 +109,7 @@ impl LedgerWriter {
     /// caller come back for a position it was refused within the interval,
     /// rather than wait for whatever wakes it next (an idle relay: the next
     /// keepalive, many seconds later).
-    pub fn due_at(&self, acked: Lsn, now: Instant) -> Option<Instant> {
+    pub(crate) fn due_at(&self, acked: Lsn, now: Instant) -> Option<Instant> {
         if !self.wants(acked) {
             return None;
         }
@@ -121,32 +121,15 @@ impl LedgerWriter {
 
     /// As [`offer`](Self::offer), ignoring the interval: at shutdown, after
     /// the producer flushed, so the ledger ends where the slot does.
-    pub fn flush(&mut self, acked: Lsn, wall_us: i64) -> Option<LedgerEntry> {
+    pub(crate) fn flush(&mut self, acked: Lsn, wall_us: i64) -> Option<LedgerEntry> {
         self.settle_commits(acked);
         self.wants(acked).then(|| self.emit(acked, wall_us))
     }
 
-    /// The last entry handed out was not written (the ledger write failed):
-    /// the next due offer writes again even if the position did not move.
-    pub fn not_written(&mut self) {
-        self.rewrite = true;
-    }
-
-    /// The relay reconnected and the tracker restarted from the slot: the
-    /// noted commits above it will be read (and noted) again.
-    pub fn reset(&mut self) {
-        self.commits.clear();
-    }
-
     /// Records a gap the operator accepted; the next due offer writes it.
-    pub fn accept_gap(&mut self, gap: AcceptedGap) {
+    pub(crate) fn accept_gap(&mut self, gap: AcceptedGap) {
         self.accepted_gaps.push(gap);
         self.rewrite = true;
-    }
-
-    /// The last position handed out, or the ledger's at start.
-    pub fn last_written(&self) -> Option<Lsn> {
-        self.written
     }
 
     fn wants(&self, acked: Lsn) -> bool {
@@ -247,8 +230,9 @@ mod tests {
         assert_eq!(w.flush(Lsn(500), 1), None);
         let e = w.offer(Lsn(501), t0, 1).unwrap();
         assert_eq!(e.commit_time_us, Some(9));
-        // After a reconnect the tracker may restart lower.
-        w.reset();
+        // After a reconnect the session's new writer starts from the last
+        // entry, and the tracker may restart lower.
+        let mut w = LedgerWriter::new(identity(), 1, SEC, Some(&e));
         assert_eq!(w.offer(Lsn(450), t0 + 5 * SEC, 2), None);
     }
 
@@ -262,17 +246,15 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_write_or_an_accepted_gap_is_written_again() {
+    fn an_accepted_gap_is_written_again() {
         let t0 = Instant::now();
         let mut w = LedgerWriter::new(identity(), 1, SEC, None);
         w.offer(Lsn(10), t0, 0).unwrap();
-        w.not_written();
-        assert_eq!(w.offer(Lsn(10), t0, 0), None, "still within the interval");
         assert_eq!(
-            w.offer(Lsn(10), t0 + SEC, 1).unwrap().confirmed_lsn,
-            Lsn(10)
+            w.offer(Lsn(10), t0 + 2 * SEC, 2),
+            None,
+            "the position did not move"
         );
-        assert_eq!(w.offer(Lsn(10), t0 + 2 * SEC, 2), None);
         let gap = AcceptedGap {
             from_lsn: Lsn(10),
             to_lsn: Lsn(99),

@@ -33,7 +33,8 @@ enum Op {
         pick: usize,
     },
     /// Reconnect: the tracker restarts from the slot, up to `back` below
-    /// its confirmable LSN.
+    /// its confirmable LSN, and the new session gets a new writer from the
+    /// last entry written, as the relay's session does.
     Reset {
         back: u64,
     },
@@ -41,7 +42,6 @@ enum Op {
         ms: u64,
     },
     Flush,
-    NotWritten,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -54,7 +54,6 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u64..300).prop_map(|back| Op::Reset { back }),
         4 => (0u64..80).prop_map(|ms| Op::Tick { ms }),
         1 => Just(Op::Flush),
-        1 => Just(Op::NotWritten),
     ]
 }
 
@@ -78,8 +77,9 @@ struct Run {
     now: Instant,
     wall: i64,
     last: Option<Lsn>,
+    last_entry: Option<LedgerEntry>,
     last_offer_at: Option<Instant>,
-    rewrite_asked: bool,
+    identity: LedgerIdentity,
     written: usize,
 }
 
@@ -93,7 +93,7 @@ impl Run {
         let now = Instant::now();
         Run {
             tracker: AckTracker::new(start),
-            writer: LedgerWriter::new(identity, 1, INTERVAL, None),
+            writer: LedgerWriter::new(identity.clone(), 1, INTERVAL, None),
             events: Vec::new(),
             commits: Vec::new(),
             cursor: start,
@@ -101,8 +101,9 @@ impl Run {
             now,
             wall: 0,
             last: None,
+            last_entry: None,
             last_offer_at: None,
-            rewrite_asked: false,
+            identity,
             written: 0,
         }
     }
@@ -163,7 +164,9 @@ impl Run {
             Op::Reset { back } => {
                 let start = Lsn(self.tracker.confirmable().0.saturating_sub(back));
                 self.tracker.reset(start);
-                self.writer.reset();
+                self.writer =
+                    LedgerWriter::new(self.identity.clone(), 1, INTERVAL, self.last_entry.as_ref());
+                self.last_offer_at = None;
                 self.events.clear();
                 self.commits.clear();
                 self.cursor = start;
@@ -172,12 +175,6 @@ impl Run {
             Op::Flush => {
                 let entry = self.writer.flush(self.tracker.confirmable(), self.wall);
                 self.check(entry, false)?;
-            }
-            Op::NotWritten => {
-                if self.last.is_some() {
-                    self.writer.not_written();
-                    self.rewrite_asked = true;
-                }
             }
         }
         let entry = self
@@ -210,10 +207,7 @@ impl Run {
             }
         }
         if let Some(last) = self.last {
-            prop_assert!(
-                lsn > last || (lsn == last && self.rewrite_asked),
-                "entry {lsn} not above the last one {last}"
-            );
+            prop_assert!(lsn > last, "entry {lsn} not above the last one {last}");
         }
         if offered {
             if let Some(prev) = self.last_offer_at {
@@ -229,7 +223,7 @@ impl Run {
             prop_assert_eq!(entry.commit_time_us, Some(time), "commit time of {}", lsn);
         }
         self.last = Some(lsn);
-        self.rewrite_asked = false;
+        self.last_entry = Some(entry);
         self.written += 1;
         Ok(())
     }
