@@ -13,10 +13,6 @@ pub struct Lsn(pub u64);
 
 impl Lsn {
     pub const ZERO: Lsn = Lsn(0);
-
-    pub fn as_u64(self) -> u64 {
-        self.0
-    }
 }
 
 impl From<u64> for Lsn {

@@ -30,7 +30,6 @@ use crate::source::admin::{self, AdminError};
 use crate::source::session::SourceSettings;
 
 pub use progress::Progress;
-pub use rows::TIME_COLUMN_FLAG;
 
 /// Header on every backfilled record (and its dead-letter copies).
 pub const BACKFILL_HEADER: &str = "outboxd.backfill";
@@ -140,7 +139,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn published_total(&self) -> u64 {
+    pub(crate) fn published_total(&self) -> u64 {
         self.published.values().sum()
     }
 
@@ -215,7 +214,7 @@ impl fmt::Display for Summary {
 
 /// The table a backfill reads: the one named by `--table` (`schema.name`,
 /// or `name` for `public.name`), or the only one configured.
-pub fn choose_table(cfg: &Config, wanted: Option<&str>) -> Result<OutboxTable, String> {
+pub(crate) fn choose_table(cfg: &Config, wanted: Option<&str>) -> Result<OutboxTable, String> {
     let tables = cfg.tables();
     let labels = || {
         tables
@@ -252,7 +251,7 @@ pub fn choose_table(cfg: &Config, wanted: Option<&str>) -> Result<OutboxTable, S
 }
 
 /// The record a backfilled event becomes: the relay's, plus the header.
-pub fn mark(mut record: KafkaRecord) -> KafkaRecord {
+pub(crate) fn mark(mut record: KafkaRecord) -> KafkaRecord {
     let header: (Arc<str>, bytes::Bytes) = (
         Arc::from(BACKFILL_HEADER),
         bytes::Bytes::from_static(b"true"),

@@ -18,9 +18,9 @@ use crate::cli::settings;
 use crate::config::{Config, ConfigError, Origin, Setting};
 
 /// Every check passed (warnings allowed).
-pub const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// At least one check failed.
-pub const EXIT_FAIL: u8 = 1;
+pub(crate) const EXIT_FAIL: u8 = 1;
 /// The configuration file cannot be read or parsed: nothing else was checked.
 pub const EXIT_CONFIG: u8 = 2;
 
@@ -29,7 +29,7 @@ pub const EXIT_CONFIG: u8 = 2;
 const APPLICATION_NAME: &str = "outboxd-check";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Ok,
     /// Not checked because an earlier check failed.
     Skip,
@@ -39,7 +39,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Verdict::Ok => "ok",
             Verdict::Skip => "skip",
@@ -52,36 +52,40 @@ impl Verdict {
 /// One check's result. `detail` says what was found; for `Fail` and `Warn`
 /// it is the message naming the fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Line {
+pub(crate) struct Line {
     pub verdict: Verdict,
     pub name: &'static str,
     pub detail: String,
 }
 
 impl Line {
-    pub fn new(verdict: Verdict, name: &'static str, detail: impl Into<String>) -> Line {
+    pub(crate) fn new(verdict: Verdict, name: &'static str, detail: impl Into<String>) -> Line {
         Line {
             verdict,
             name,
             detail: detail.into(),
         }
     }
-    pub fn ok(name: &'static str, detail: impl Into<String>) -> Line {
+    pub(crate) fn ok(name: &'static str, detail: impl Into<String>) -> Line {
         Line::new(Verdict::Ok, name, detail)
     }
-    pub fn warn(name: &'static str, detail: impl ToString) -> Line {
+    pub(crate) fn warn(name: &'static str, detail: impl ToString) -> Line {
         Line::new(Verdict::Warn, name, detail.to_string())
     }
-    pub fn fail(name: &'static str, detail: impl ToString) -> Line {
+    pub(crate) fn fail(name: &'static str, detail: impl ToString) -> Line {
         Line::new(Verdict::Fail, name, detail.to_string())
     }
-    pub fn skip(name: &'static str, why: &str) -> Line {
+    pub(crate) fn skip(name: &'static str, why: &str) -> Line {
         Line::new(Verdict::Skip, name, format!("not checked: {why}"))
     }
 
     /// Several findings about one check: the worst verdict, and the findings
     /// of that verdict (what is fine is not worth reading next to a failure).
-    pub fn worst(name: &'static str, findings: Vec<(Verdict, String)>, fine: String) -> Line {
+    pub(crate) fn worst(
+        name: &'static str,
+        findings: Vec<(Verdict, String)>,
+        fine: String,
+    ) -> Line {
         let Some(worst) = findings.iter().map(|(v, _)| *v).max() else {
             return Line::ok(name, fine);
         };

@@ -102,7 +102,7 @@ pub async fn run(
 }
 
 /// One JSON line. `lsn` is the commit's end LSN.
-pub fn render(e: &OutboxEvent, lsn: Lsn, table: &str) -> Value {
+pub(crate) fn render(e: &OutboxEvent, lsn: Lsn, table: &str) -> Value {
     let mut obj = Map::new();
     obj.insert("lsn".into(), json!(lsn.to_string()));
     obj.insert("xid".into(), json!(e.xid));

@@ -27,20 +27,15 @@ use crate::config::error::ConfigError;
 /// environment landed (byte ranges), so errors quoting a line can mask them:
 /// such a value is often a secret (`${OUTBOXD_PG_URL}`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Substituted {
+pub(crate) struct Substituted {
     pub text: String,
     pub from_env: Vec<Range<usize>>,
 }
 
-/// Substitutes references using the process environment. Variables that are
-/// not valid UTF-8 count as unset: a config value has to be text.
-pub fn substitute(text: &str) -> Result<String, ConfigError> {
-    substitute_with(text, |name| std::env::var(name).ok())
-}
-
 /// Substitutes references using `lookup` in place of the process environment,
 /// so callers (and tests) need not mutate global state.
-pub fn substitute_with<F>(text: &str, lookup: F) -> Result<String, ConfigError>
+#[cfg(test)]
+pub(crate) fn substitute_with<F>(text: &str, lookup: F) -> Result<String, ConfigError>
 where
     F: FnMut(&str) -> Option<String>,
 {
@@ -48,7 +43,7 @@ where
 }
 
 /// As [`substitute_with`], also returning where the environment's values went.
-pub fn substitute_tracked<F>(text: &str, mut lookup: F) -> Result<Substituted, ConfigError>
+pub(crate) fn substitute_tracked<F>(text: &str, mut lookup: F) -> Result<Substituted, ConfigError>
 where
     F: FnMut(&str) -> Option<String>,
 {

@@ -40,7 +40,7 @@ pub enum ConfigError {
 
 impl ConfigError {
     /// Shorthand used by the validators, which build many of these.
-    pub fn invalid(key: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub(crate) fn invalid(key: impl Into<String>, reason: impl Into<String>) -> Self {
         ConfigError::Invalid {
             key: key.into(),
             reason: reason.into(),
@@ -48,7 +48,8 @@ impl ConfigError {
     }
 
     /// The dotted key this error is about, for `Invalid` errors.
-    pub fn key(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn key(&self) -> Option<&str> {
         match self {
             ConfigError::Invalid { key, .. } => Some(key),
             _ => None,
@@ -61,7 +62,7 @@ impl ConfigError {
     /// the secrets on the quoted line masked. `from_env` are the byte ranges
     /// of `text` substituted from the environment. (No `From` impl: toml's
     /// own rendering would print the line as it is.)
-    pub fn toml(e: &toml::de::Error, text: &str, from_env: &[Range<usize>]) -> Self {
+    pub(crate) fn toml(e: &toml::de::Error, text: &str, from_env: &[Range<usize>]) -> Self {
         ConfigError::Parse {
             message: redact::toml_error(e, text, from_env),
         }

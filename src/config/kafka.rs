@@ -11,17 +11,17 @@ use crate::config::error::ConfigError;
 
 /// Create missing topics by default: it makes a first run against a dev
 /// broker just work. Production clusters usually turn it off.
-pub const DEFAULT_CREATE_TOPICS: bool = true;
+pub(crate) const DEFAULT_CREATE_TOPICS: bool = true;
 /// One partition for created topics: per-aggregate ordering holds with any
 /// count, but one is the only value that is right for a single-broker dev
 /// setup; size real topics explicitly.
-pub const DEFAULT_TOPIC_PARTITIONS: i32 = 1;
+pub(crate) const DEFAULT_TOPIC_PARTITIONS: i32 = 1;
 /// Replication factor 1 for created topics, again so a single dev broker
 /// accepts it. Use -1 (broker default) or 3 in production.
-pub const DEFAULT_TOPIC_REPLICATION_FACTOR: i32 = 1;
+pub(crate) const DEFAULT_TOPIC_REPLICATION_FACTOR: i32 = 1;
 /// The position ledger's compacted topic (issue 8): like Kafka Connect's
 /// `connect-offsets`, one topic a cluster's relays share, one key each.
-pub const DEFAULT_LEDGER_TOPIC: &str = "outboxd.positions";
+pub(crate) const DEFAULT_LEDGER_TOPIC: &str = "outboxd.positions";
 /// Kafka's limit on a topic name's length.
 const MAX_TOPIC_NAME: usize = 249;
 
@@ -61,7 +61,7 @@ impl Default for KafkaConfig {
 }
 
 impl KafkaConfig {
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if let Some(b) = &self.brokers {
             if b.split(',').any(|s| s.trim().is_empty()) {
                 return Err(ConfigError::invalid(
@@ -101,7 +101,7 @@ impl KafkaConfig {
     }
 
     /// Stricter checks for running the relay, which needs a broker.
-    pub fn validate_for_relay(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate_for_relay(&self) -> Result<(), ConfigError> {
         match self.brokers.as_deref() {
             Some(b) if !b.trim().is_empty() => {}
             _ => {

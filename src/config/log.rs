@@ -6,7 +6,7 @@ use crate::config::error::ConfigError;
 
 /// `info` logs lifecycle events (connect, slot created, shutdown) without a
 /// line per relayed event.
-pub const DEFAULT_LEVEL: &str = "info";
+pub(crate) const DEFAULT_LEVEL: &str = "info";
 const PLAIN_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -38,7 +38,7 @@ pub enum LogFormat {
 }
 
 impl LogConfig {
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let level = self.level.trim();
         // Directives (`a=b`, `x,y`) are checked by the log setup, which has the
         // real parser; catch only the common typo of a misspelt plain level.

@@ -13,11 +13,11 @@ use crate::config::units::de_duration;
 /// How often the slot is looked at in `pg_replication_slots`. One cheap query
 /// on its own connection; 10 s is below Prometheus' usual 15 s scrape
 /// interval, so every scrape sees a fresh value.
-pub const DEFAULT_SLOT_SAMPLE_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SLOT_SAMPLE_INTERVAL: Duration = Duration::from_secs(10);
 /// How long the confirmed position may stand still while events are pending
 /// before `/readyz` fails. Long enough to ride out a broker leader election
 /// or a slow batch, short enough for an orchestrator to notice a hung relay.
-pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -6,19 +6,19 @@
 //! their documented defaults), then [`Config::validate`]. Every error names
 //! the full dotted key, or the line, and says what to change.
 
-pub mod env;
-pub mod error;
-pub mod kafka;
-pub mod log;
-pub mod metrics;
-pub mod outbox;
-pub mod outbox_tables;
-pub mod overrides;
-pub mod postgres;
+pub(crate) mod env;
+pub(crate) mod error;
+pub(crate) mod kafka;
+pub(crate) mod log;
+pub(crate) mod metrics;
+pub(crate) mod outbox;
+pub(crate) mod outbox_tables;
+pub(crate) mod overrides;
+pub(crate) mod postgres;
 mod redact;
-pub mod relay;
-pub mod routing;
-pub mod units;
+pub(crate) mod relay;
+pub(crate) mod routing;
+pub(crate) mod units;
 
 #[cfg(test)]
 mod env_tests;
@@ -41,14 +41,13 @@ use serde::Deserialize;
 pub use error::ConfigError;
 pub use kafka::KafkaConfig;
 pub use log::{LogConfig, LogFormat};
-pub use metrics::MetricsConfig;
-pub use outbox::{ColumnsConfig, OutboxConfig};
-pub use outbox_tables::{OutboxEntry, OutboxSection, OutboxTable};
-pub use overrides::Origin;
+pub(crate) use metrics::MetricsConfig;
+pub(crate) use outbox_tables::{OutboxSection, OutboxTable};
+pub(crate) use overrides::Origin;
 
-pub use postgres::{PasswordSource, PostgresConfig};
-pub use relay::{OnError, RelayConfig};
-pub use routing::{RoutingConfig, RoutingRule, TemplatePart, ValueFormat};
+pub(crate) use postgres::PostgresConfig;
+pub(crate) use relay::{OnError, RelayConfig};
+pub(crate) use routing::RoutingConfig;
 
 /// The whole configuration file. Every section may be omitted and then takes
 /// its defaults; `postgres.url` is the one key without a default.
@@ -71,7 +70,8 @@ impl Config {
     /// variables applied over it ([`overrides`]). Only the `Io` error names
     /// the path; callers add it as context for the others (as `main` does),
     /// so it is not printed twice.
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+    #[cfg(test)]
+    pub(crate) fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         Config::load(Some(path.as_ref()))
     }
 
@@ -82,14 +82,14 @@ impl Config {
     }
 
     /// As [`Config::load`], with where each value came from (for `check`).
-    pub fn load_with_origins(path: Option<&Path>) -> Result<Loaded, ConfigError> {
+    pub(crate) fn load_with_origins(path: Option<&Path>) -> Result<Loaded, ConfigError> {
         Config::load_from(path, &process_env())
     }
 
     /// The configuration from the file at `path` (if any) and `vars` (the
     /// environment: `${...}` references and `OUTBOXD_..__..` keys), with
     /// where each value came from.
-    pub fn load_from(
+    pub(crate) fn load_from(
         path: Option<&Path>,
         vars: &[(String, String)],
     ) -> Result<Loaded, ConfigError> {
@@ -173,7 +173,8 @@ impl Config {
 
     /// Substitutes environment references from the process environment, then
     /// parses and validates `text`.
-    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+    #[cfg(test)]
+    pub(crate) fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml_str_with_env(text, |name| std::env::var(name).ok())
     }
 
@@ -192,7 +193,7 @@ impl Config {
 
     /// Checks everything that can be checked without connecting anywhere.
     /// Stops at the first problem, which is named by its dotted key.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.postgres.validate()?;
         self.outbox.validate(&self.routing)?;
         self.kafka.validate()?;
@@ -218,7 +219,7 @@ impl Config {
 
 /// A configuration and where each of its values came from.
 #[derive(Debug, Clone)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub config: Config,
     /// Every key that is set, and every documented key left at its default,
     /// sorted by key.
@@ -227,7 +228,7 @@ pub struct Loaded {
 
 /// One key of the effective configuration, for `outboxd check`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Setting {
+pub(crate) struct Setting {
     pub key: String,
     /// As TOML, secrets masked; `None` for a key with no default that is
     /// not set.

@@ -9,23 +9,23 @@ use crate::config::error::ConfigError;
 use crate::config::postgres::MAX_IDENTIFIER_BYTES;
 
 /// Debezium's conventional outbox table, in the default schema.
-pub const DEFAULT_TABLE: &str = "public.outbox";
+pub(crate) const DEFAULT_TABLE: &str = "public.outbox";
 /// Schema assumed when `outbox.table` has no `schema.` part, as PostgreSQL
 /// itself does with the default `search_path`.
-pub const DEFAULT_SCHEMA: &str = "public";
+pub(crate) const DEFAULT_SCHEMA: &str = "public";
 /// `pg_logical_emit_message` prefix whose messages are treated as events.
 /// Named after the feature so it is unlikely to collide with other emitters.
-pub const DEFAULT_MESSAGE_PREFIX: &str = "outbox";
-pub const DEFAULT_ID_COLUMN: &str = "id";
+pub(crate) const DEFAULT_MESSAGE_PREFIX: &str = "outbox";
+pub(crate) const DEFAULT_ID_COLUMN: &str = "id";
 /// Debezium names the key column `aggregateid`; we use the snake_case spelling
 /// common in hand-written schemas. Override it for a Debezium-shaped table.
-pub const DEFAULT_KEY_COLUMN: &str = "aggregate_id";
-pub const DEFAULT_AGGREGATE_TYPE_COLUMN: &str = "aggregate_type";
-pub const DEFAULT_EVENT_TYPE_COLUMN: &str = "event_type";
-pub const DEFAULT_PAYLOAD_COLUMN: &str = "payload";
+pub(crate) const DEFAULT_KEY_COLUMN: &str = "aggregate_id";
+pub(crate) const DEFAULT_AGGREGATE_TYPE_COLUMN: &str = "aggregate_type";
+pub(crate) const DEFAULT_EVENT_TYPE_COLUMN: &str = "event_type";
+pub(crate) const DEFAULT_PAYLOAD_COLUMN: &str = "payload";
 
 /// Column roles usable as `${role}` placeholders and as header sources.
-pub const COLUMN_ROLES: [&str; 8] = [
+pub(crate) const COLUMN_ROLES: [&str; 8] = [
     "id",
     "key",
     "aggregate_type",
@@ -90,21 +90,23 @@ impl Default for ColumnsConfig {
 
 impl OutboxConfig {
     /// The schema part of `table` (`public` when omitted).
-    pub fn table_schema(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn table_schema(&self) -> &str {
         self.table.schema()
     }
 
     /// The table part of `table`.
-    pub fn table_name(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn table_name(&self) -> &str {
         self.table.name()
     }
 
     /// `None` when logical decoding messages are not relayed.
-    pub fn message_prefix(&self) -> Option<&str> {
+    pub(crate) fn message_prefix(&self) -> Option<&str> {
         Some(self.message_prefix.as_str()).filter(|p| !p.is_empty())
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.table.validate()?;
         self.columns.validate()
     }
@@ -128,7 +130,7 @@ impl TableRef {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             TableRef::Dotted(t) => t.split_once('.').map_or(t.as_str(), |(_, n)| n),
             TableRef::Parts { name, .. } => name,
@@ -214,7 +216,7 @@ impl<'de> Deserialize<'de> for TableRef {
 impl ColumnsConfig {
     /// The configured column for a role: `None` for an unknown role or an
     /// optional role left empty.
-    pub fn column_for_role(&self, role: &str) -> Option<&str> {
+    pub(crate) fn column_for_role(&self, role: &str) -> Option<&str> {
         let col = match role {
             "id" => &self.id,
             "key" => &self.key,
@@ -229,7 +231,7 @@ impl ColumnsConfig {
         Some(col.as_str()).filter(|c| !c.is_empty())
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         for role in &COLUMN_ROLES[..5] {
             if self.column_for_role(role).is_none() {
                 return Err(ConfigError::invalid(

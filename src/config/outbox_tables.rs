@@ -69,7 +69,7 @@ pub struct OutboxTable {
 
 impl OutboxTable {
     /// `schema.name`, the label of this table's metrics.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         format!("{}.{}", self.table.schema(), self.table.name())
     }
 
@@ -110,7 +110,7 @@ impl OutboxTable {
 impl OutboxSection {
     /// Every configured table, in the order written, with its routing
     /// resolved against the top-level `[routing]`.
-    pub fn tables(&self, routing: &RoutingConfig) -> Vec<OutboxTable> {
+    pub(crate) fn tables(&self, routing: &RoutingConfig) -> Vec<OutboxTable> {
         match self {
             OutboxSection::Single(o) => vec![OutboxTable {
                 key: "outbox".into(),
@@ -140,7 +140,7 @@ impl OutboxSection {
 
     /// Each table on its own, then what only the list can break: no
     /// entries, a table twice, a message prefix twice.
-    pub fn validate(&self, routing: &RoutingConfig) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, routing: &RoutingConfig) -> Result<(), ConfigError> {
         if matches!(self, OutboxSection::Entries(e) if e.is_empty()) {
             return Err(ConfigError::invalid(
                 "outbox",

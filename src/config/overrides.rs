@@ -27,8 +27,8 @@ use toml::{Table, Value};
 
 use crate::config::error::ConfigError;
 
-pub const PREFIX: &str = "OUTBOXD_";
-pub const SEPARATOR: &str = "__";
+pub(crate) const PREFIX: &str = "OUTBOXD_";
+pub(crate) const SEPARATOR: &str = "__";
 
 /// The documented file: every key with its default, the schema of the
 /// overrides (and of `check`'s listing of defaults).
@@ -39,7 +39,7 @@ const FREE_TABLES: [&str; 2] = ["kafka.properties", "routing.additional_headers"
 
 /// Where a value of the effective configuration came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     Default,
     File,
     /// The variable that set it.
@@ -48,7 +48,7 @@ pub enum Origin {
 
 /// One `OUTBOXD_..__..` variable, read.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Override {
+pub(crate) struct Override {
     pub var: String,
     /// Dotted path, e.g. `["kafka", "properties", "sasl.mechanisms"]`.
     pub path: Vec<String>,
@@ -56,7 +56,7 @@ pub struct Override {
 }
 
 impl Override {
-    pub fn dotted(&self) -> String {
+    pub(crate) fn dotted(&self) -> String {
         self.path.join(".")
     }
 }
@@ -177,7 +177,7 @@ pub(crate) fn flatten(prefix: &str, table: &Table, out: &mut BTreeMap<String, Va
 
 /// The key path an `OUTBOXD_` variable names: `None` when it names no key
 /// (no `__`), an error when it does but the key does not exist.
-pub fn path_of(var: &str) -> Option<Result<Vec<String>, ConfigError>> {
+pub(crate) fn path_of(var: &str) -> Option<Result<Vec<String>, ConfigError>> {
     let rest = var.strip_prefix(PREFIX)?;
     if !rest.contains(SEPARATOR) {
         return None;
@@ -329,7 +329,7 @@ fn schema_key(path: &[String]) -> String {
 
 /// The overrides among `vars`, sorted by variable name (so two variables
 /// for the same key resolve the same way every time: the later name wins).
-pub fn collect<'a>(
+pub(crate) fn collect<'a>(
     vars: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Result<Vec<Override>, ConfigError> {
     let mut out = Vec::new();
@@ -350,7 +350,7 @@ pub fn collect<'a>(
 }
 
 /// Sets `o` in `table`, creating the tables on its path.
-pub fn apply(table: &mut Table, o: &Override) -> Result<(), ConfigError> {
+pub(crate) fn apply(table: &mut Table, o: &Override) -> Result<(), ConfigError> {
     let (last, parents) = o.path.split_last().expect("a path has a key");
     let mut at = table;
     let mut parents = parents.iter().enumerate().peekable();
@@ -403,7 +403,8 @@ pub fn apply(table: &mut Table, o: &Override) -> Result<(), ConfigError> {
 /// The documented default of every key the documented file sets, for
 /// listing what was not set (`${VAR:-x}` defaults there are examples, not
 /// defaults: those keys have none).
-pub fn documented_defaults() -> impl Iterator<Item = (&'static str, Option<&'static Value>)> {
+pub(crate) fn documented_defaults() -> impl Iterator<Item = (&'static str, Option<&'static Value>)>
+{
     schema().kinds.keys().map(|k| {
         let v = schema()
             .defaults

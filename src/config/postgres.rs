@@ -11,23 +11,23 @@ use crate::config::units::de_duration;
 /// Slot name used when none is configured: one relay per database is the
 /// common case, and naming the slot after the tool makes it easy to find in
 /// `pg_replication_slots`.
-pub const DEFAULT_SLOT: &str = "outboxd";
+pub(crate) const DEFAULT_SLOT: &str = "outboxd";
 /// Publication name default; same reasoning as [`DEFAULT_SLOT`].
-pub const DEFAULT_PUBLICATION: &str = "outboxd";
+pub(crate) const DEFAULT_PUBLICATION: &str = "outboxd";
 /// How often standby status updates are sent. 1s keeps the server's view of
 /// our progress fresh (WAL can be recycled promptly) at negligible cost, and
 /// is well under the default `wal_sender_timeout` of 60s.
-pub const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_STATUS_INTERVAL: Duration = Duration::from_secs(1);
 /// Connection timeout. 10s tolerates a slow TLS handshake across regions but
 /// still fails fast enough for an orchestrator to notice a dead database.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the replication stream may stay silent before the link is
 /// presumed dead. Silence is broken on purpose (a status update asking for a
 /// reply after a third of this), so only a dead link or server stays silent
 /// this long; 30 s is half the server's default wal_sender_timeout.
-pub const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(30);
 /// PostgreSQL truncates identifiers to NAMEDATALEN-1 = 63 bytes.
-pub const MAX_IDENTIFIER_BYTES: usize = 63;
+pub(crate) const MAX_IDENTIFIER_BYTES: usize = 63;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -75,7 +75,7 @@ impl Default for PostgresConfig {
 
 /// Where the password comes from; at most one source may be configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PasswordSource<'a> {
+pub(crate) enum PasswordSource<'a> {
     /// No password configured (trust, peer, or client-certificate auth).
     None,
     /// Embedded in `postgres.url` (userinfo or `?password=`).
@@ -85,7 +85,7 @@ pub enum PasswordSource<'a> {
 }
 
 impl PostgresConfig {
-    pub fn password_source(&self) -> PasswordSource<'_> {
+    pub(crate) fn password_source(&self) -> PasswordSource<'_> {
         if let Some(name) = &self.password_env {
             PasswordSource::Env(name)
         } else if let Some(path) = &self.password_file {
@@ -101,7 +101,7 @@ impl PostgresConfig {
     /// `None` when the password is in the URL or there is none: the URL parser
     /// handles the former. Read at startup rather than at parse time so that a
     /// rotated secret file is picked up on reconnect if the caller re-reads.
-    pub fn resolve_password(&self) -> Result<Option<String>, ConfigError> {
+    pub(crate) fn resolve_password(&self) -> Result<Option<String>, ConfigError> {
         match self.password_source() {
             PasswordSource::Env(name) => std::env::var(name).map(Some).map_err(|_| {
                 ConfigError::invalid(
@@ -123,7 +123,7 @@ impl PostgresConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.url.trim().is_empty() {
             return Err(ConfigError::invalid(
                 "postgres.url",
@@ -233,7 +233,7 @@ fn validate_slot_name(slot: &str) -> Result<(), ConfigError> {
 /// Whether a libpq URL carries a password, in the userinfo (`user:pw@`) or as a
 /// `password=` query parameter. Done by hand rather than with `url::Url`,
 /// which rejects libpq's multi-host form (`host1:5432,host2:5432`).
-pub fn url_has_password(url: &str) -> bool {
+pub(crate) fn url_has_password(url: &str) -> bool {
     let Some((_, rest)) = url.split_once("://") else {
         return false;
     };

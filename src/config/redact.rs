@@ -17,7 +17,7 @@
 use std::ops::Range;
 
 /// What a secret is replaced with.
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 /// Key words that make a key secret-bearing (matched in the lower-cased key).
 const SECRET_WORDS: [&str; 6] = [
@@ -32,7 +32,7 @@ const SECRET_WORDS: [&str; 6] = [
 /// Renders `e` (from parsing `text`) like toml does: position, the quoted
 /// line and a caret, then the message; with secrets masked. `from_env` are
 /// the byte ranges of `text` that came from the environment.
-pub fn toml_error(e: &toml::de::Error, text: &str, from_env: &[Range<usize>]) -> String {
+pub(crate) fn toml_error(e: &toml::de::Error, text: &str, from_env: &[Range<usize>]) -> String {
     let message = mask_known(e.message().trim_end(), text, from_env);
     let Some(span) = e.span() else {
         return message;

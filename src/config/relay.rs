@@ -15,19 +15,19 @@ use crate::config::units::{de_duration, de_size};
 /// at 23-24 MiB RSS and 4096 at 29-33 MiB (38 MiB with 10,000), at the same
 /// throughput: at 60,000 events/s and 10 ms to an ack about 600 are in
 /// flight. It also bounds what is replayed after a crash.
-pub const DEFAULT_MAX_IN_FLIGHT_EVENTS: usize = 2048;
+pub(crate) const DEFAULT_MAX_IN_FLIGHT_EVENTS: usize = 2048;
 /// Bytes of payload in flight. 64 MiB caps memory when payloads are large,
 /// fitting comfortably in a 256 MiB container, whichever limit is hit first.
-pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u64 = 64 << 20;
+pub(crate) const DEFAULT_MAX_IN_FLIGHT_BYTES: u64 = 64 << 20;
 /// Time allowed on shutdown to drain in-flight events. 30s is Kubernetes'
 /// default grace period; being cut off is safe (unacknowledged events are
 /// re-read), it only means more duplicates.
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// First reconnect delay: short enough to ride out a failover quickly.
-pub const DEFAULT_RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(500);
+pub(crate) const DEFAULT_RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// Longest reconnect delay: bounds time-to-recover after a long outage
 /// without hammering a database that is coming back up.
-pub const DEFAULT_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Attempts in a row that fail for a reason retrying cannot fix (a wrong
 /// password, pg_hba.conf, an unknown database, a missing privilege, an
@@ -35,14 +35,14 @@ pub const DEFAULT_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// A few ride out a change being rolled out (a password rotated on both
 /// sides); an orchestrator then sees the failure instead of a process that
 /// looks alive.
-pub const DEFAULT_MAX_PERMANENT_FAILURES: u32 = 3;
+pub(crate) const DEFAULT_MAX_PERMANENT_FAILURES: u32 = 3;
 
 /// How often a standby (an instance that found the slot streamed by
 /// another) looks whether the slot was released. A killed instance's
 /// walsender ends as soon as PostgreSQL sees its socket close, so takeover
 /// comes at most this long, plus a session start, after the active instance
 /// dies: 1 s keeps that well under 5 s for one cheap query per second.
-pub const DEFAULT_STANDBY_POLL_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_STANDBY_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -94,7 +94,7 @@ pub enum OnError {
 }
 
 impl RelayConfig {
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.max_in_flight_events == 0 {
             return Err(ConfigError::invalid(
                 "relay.max_in_flight_events",

@@ -15,12 +15,12 @@ use crate::config::outbox::{ColumnsConfig, COLUMN_ROLES};
 
 /// Debezium's outbox event router default (`outbox.event.<aggregatetype>`),
 /// so consumers migrating from Debezium keep their topics.
-pub const DEFAULT_TOPIC: &str = "outbox.event.${aggregate_type}";
+pub(crate) const DEFAULT_TOPIC: &str = "outbox.event.${aggregate_type}";
 /// Kafka rejects longer topic names.
-pub const MAX_TOPIC_LEN: usize = 249;
+pub(crate) const MAX_TOPIC_LEN: usize = 249;
 
 /// The headers Debezium's router adds by default, keyed by header name.
-pub fn default_additional_headers() -> BTreeMap<String, String> {
+pub(crate) fn default_additional_headers() -> BTreeMap<String, String> {
     BTreeMap::from([
         ("eventType".to_owned(), "event_type".to_owned()),
         ("aggregateType".to_owned(), "aggregate_type".to_owned()),
@@ -85,7 +85,7 @@ pub struct RoutingRule {
 }
 
 impl RoutingRule {
-    pub fn matches(&self, event_type: &str, aggregate_type: &str) -> bool {
+    pub(crate) fn matches(&self, event_type: &str, aggregate_type: &str) -> bool {
         self.event_type.as_deref().map_or(true, |e| e == event_type)
             && self
                 .event_type_prefix
@@ -100,14 +100,15 @@ impl RoutingRule {
 
 impl RoutingConfig {
     /// The topic template for an event: the first matching rule's, else `topic`.
-    pub fn topic_template_for(&self, event_type: &str, aggregate_type: &str) -> &str {
+    #[cfg(test)]
+    pub(crate) fn topic_template_for(&self, event_type: &str, aggregate_type: &str) -> &str {
         self.rules
             .iter()
             .find(|r| r.matches(event_type, aggregate_type))
             .map_or(&self.topic, |r| &r.topic)
     }
 
-    pub fn validate(&self, columns: &ColumnsConfig) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, columns: &ColumnsConfig) -> Result<(), ConfigError> {
         validate_template("routing.topic", &self.topic, columns)?;
         for (name, source) in &self.additional_headers {
             let key = format!("routing.additional_headers.{name}");
@@ -158,13 +159,13 @@ impl RoutingConfig {
 
 /// The column a header source or role refers to: a role name configured in
 /// `[outbox.columns]` maps to its column, anything else is a column name.
-pub fn resolve_column<'a>(columns: &'a ColumnsConfig, source: &'a str) -> &'a str {
+pub(crate) fn resolve_column<'a>(columns: &'a ColumnsConfig, source: &'a str) -> &'a str {
     columns.column_for_role(source).unwrap_or(source)
 }
 
 /// A piece of a parsed topic template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TemplatePart<'a> {
+pub(crate) enum TemplatePart<'a> {
     Literal(&'a str),
     /// `${aggregate_type}`: the column playing that role.
     Role(&'a str),
@@ -175,7 +176,7 @@ pub enum TemplatePart<'a> {
 /// Splits a topic template into parts, checking placeholders are terminated
 /// and well-formed and literal parts use only characters Kafka allows in
 /// topic names (letters, digits, `.`, `_`, `-`).
-pub fn parse_template(template: &str) -> Result<Vec<TemplatePart<'_>>, String> {
+pub(crate) fn parse_template(template: &str) -> Result<Vec<TemplatePart<'_>>, String> {
     let mut parts = Vec::new();
     let mut rest = template;
     while !rest.is_empty() {
@@ -253,7 +254,7 @@ fn validate_template(
 }
 
 /// Checks a plain (non-template) topic name, e.g. the dead-letter topic.
-pub fn validate_topic_name(key: &str, topic: &str) -> Result<(), ConfigError> {
+pub(crate) fn validate_topic_name(key: &str, topic: &str) -> Result<(), ConfigError> {
     let ok = !topic.is_empty()
         && topic.len() <= MAX_TOPIC_LEN
         && topic != "."

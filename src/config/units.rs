@@ -17,7 +17,7 @@ const SIZE_HINT: &str =
     "a size such as \"64MiB\" (units B, KiB, MiB, GiB) or a plain integer number of bytes";
 
 /// Parses `<integer><unit>` with unit `ms`, `s`, `m` or `h`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = (&t[..split], t[split..].trim_start());
@@ -51,7 +51,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// Parses `<integer>[ ]<unit>` with unit `B`, `KiB`, `MiB` or `GiB`, or a bare
 /// integer of bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = (&t[..split], t[split..].trim_start());
@@ -82,12 +82,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 /// Serde helper: a duration string (see [`parse_duration`]).
-pub fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(crate) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     d.deserialize_any(DurationVisitor)
 }
 
 /// Serde helper: a size string or integer of bytes (see [`parse_size`]).
-pub fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+pub(crate) fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     d.deserialize_any(SizeVisitor)
 }
 

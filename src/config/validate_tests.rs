@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::config::postgres::PasswordSource;
+use crate::config::routing::RoutingRule;
 use crate::config::*;
 
 fn base() -> Config {
@@ -332,7 +334,7 @@ fn standby_poll_interval_not_zero() {
 }
 
 /// The `[outbox]` of a single-table config, to edit.
-fn single(o: &mut crate::config::OutboxSection) -> &mut crate::config::OutboxConfig {
+fn single(o: &mut crate::config::OutboxSection) -> &mut crate::config::outbox::OutboxConfig {
     match o {
         crate::config::OutboxSection::Single(o) => o,
         crate::config::OutboxSection::Entries(_) => panic!("a single [outbox] was expected"),

@@ -73,7 +73,7 @@ pub struct Health {
 }
 
 impl Health {
-    pub fn new(config: &Config) -> Health {
+    pub(crate) fn new(config: &Config) -> Health {
         Health {
             epoch: Instant::now(),
             stall_threshold: config.metrics.stall_threshold,
@@ -109,7 +109,7 @@ impl Health {
     }
 
     /// A replication stream is open (after standing by: taken over).
-    pub fn postgres_up(&self) {
+    pub(crate) fn postgres_up(&self) {
         self.postgres.store(true, Relaxed);
         *self
             .postgres_cause
@@ -125,7 +125,7 @@ impl Health {
     /// The stream is gone. `cause` = PostgreSQL failed (starts an outage,
     /// which ends a standby: the outage is what to report now);
     /// `None` = closed on purpose (shutdown, or a Kafka-side reconnect).
-    pub fn postgres_down(&self, cause: Option<&str>) {
+    pub(crate) fn postgres_down(&self, cause: Option<&str>) {
         self.postgres.store(false, Relaxed);
         if let Some(cause) = cause {
             *self.lock_standby() = None;
@@ -139,7 +139,7 @@ impl Health {
 
     /// Kafka acknowledged a record, or a fresh producer reached a broker (its
     /// first metadata answer, or its statistics show a connection).
-    pub fn kafka_up(&self) {
+    pub(crate) fn kafka_up(&self) {
         // The hot path (every ack) is one load.
         if self.kafka.load(Relaxed) {
             return;
@@ -153,21 +153,21 @@ impl Health {
     }
 
     /// A delivery failed for transport reasons, or Kafka could not be reached.
-    pub fn kafka_down(&self, cause: &str) {
+    pub(crate) fn kafka_down(&self, cause: &str) {
         self.kafka_failed.store(true, Relaxed);
         self.kafka.store(false, Relaxed);
         self.outage_started(Side::Kafka, cause);
     }
 
     /// A new producer: its statistics are to be believed again.
-    pub fn new_producer(&self) {
+    pub(crate) fn new_producer(&self) {
         self.kafka_failed.store(false, Relaxed);
     }
 
     /// From librdkafka statistics, or a new producer's first metadata
     /// answer: some broker connection is up. Only ever marks Kafka up:
     /// brokers close idle connections, which is no outage.
-    pub fn kafka_broker_up(&self) {
+    pub(crate) fn kafka_broker_up(&self) {
         if !self.kafka_failed.load(Relaxed) {
             self.kafka_up();
         }
@@ -176,7 +176,7 @@ impl Health {
     /// Another instance streams the slot (held by `pid`, when known) and
     /// this one waits to take it over. The wait is logged once, when it
     /// starts; a new holder (another standby won the race) is no new line.
-    pub fn stand_by(&self, pid: Option<i32>) {
+    pub(crate) fn stand_by(&self, pid: Option<i32>) {
         let holder = match pid {
             Some(pid) => format!("slot {:?} is active on PID {pid}", self.slot),
             None => format!("slot {:?} is active", self.slot),
@@ -189,7 +189,7 @@ impl Health {
     }
 
     /// Who holds the slot while this instance stands by; `None` otherwise.
-    pub fn standby(&self) -> Option<String> {
+    pub(crate) fn standby(&self) -> Option<String> {
         self.lock_standby().clone()
     }
 
@@ -220,17 +220,17 @@ impl Health {
 
     /// A gap in the relayed WAL (see `progress::ledger`): not ready, with
     /// the recovery, until it is accepted.
-    pub fn set_gap(&self, gap: Option<String>) {
+    pub(crate) fn set_gap(&self, gap: Option<String>) {
         *self.gap.lock().unwrap_or_else(|e| e.into_inner()) = gap;
     }
 
-    pub fn set_halted(&self, reason: Option<String>) {
+    pub(crate) fn set_halted(&self, reason: Option<String>) {
         *self.halted.lock().unwrap_or_else(|e| e.into_inner()) = reason;
     }
 
     /// The relay's progress: called on every turn of its loop, so the time
     /// of the last idle moment is close to exact.
-    pub fn progress(&self, in_flight: usize, confirmed: Lsn) {
+    pub(crate) fn progress(&self, in_flight: usize, confirmed: Lsn) {
         self.progress_at(self.now_ms(), in_flight as u64, confirmed);
     }
 
@@ -246,7 +246,7 @@ impl Health {
 
     /// The position last confirmed to the slot, and when (Unix time in
     /// microseconds) it last moved.
-    pub fn last_confirmed(&self) -> (Lsn, i64) {
+    pub(crate) fn last_confirmed(&self) -> (Lsn, i64) {
         let ago_ms = self.now_ms().saturating_sub(self.moved_ms.load(Relaxed));
         let now_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -259,23 +259,23 @@ impl Health {
 
     /// The session ended: nothing is in flight any more (it will be read
     /// again), and the stream is closed.
-    pub fn session_ended(&self) {
+    pub(crate) fn session_ended(&self) {
         self.in_flight.store(0, Relaxed);
         self.postgres.store(false, Relaxed);
     }
 
     /// The sampled end of WAL, `None` when it could not be read.
-    pub fn set_server_lsn(&self, lsn: Option<Lsn>) {
+    pub(crate) fn set_server_lsn(&self, lsn: Option<Lsn>) {
         self.server_lsn.store(lsn.map_or(0, |l| l.0), Relaxed);
     }
 
-    pub fn event_seen(&self) {
+    pub(crate) fn event_seen(&self) {
         self.events_seen.fetch_add(1, Relaxed);
         self.last_event_ms.store(self.now_ms(), Relaxed);
     }
 
     /// An event was acknowledged `behind_ms` after its commit.
-    pub fn acked(&self, behind_ms: i64) {
+    pub(crate) fn acked(&self, behind_ms: i64) {
         self.behind_ms.store(behind_ms, Relaxed);
     }
 
@@ -289,7 +289,7 @@ impl Health {
     /// How long the confirmed position has stood still while something was
     /// pending; zero when idle, and while standing by (the slot's progress
     /// is the active instance's to report).
-    pub fn stall(&self) -> Duration {
+    pub(crate) fn stall(&self) -> Duration {
         if self.lock_standby().is_some() {
             return Duration::ZERO;
         }
@@ -309,7 +309,7 @@ impl Health {
 
     /// `Ok` when ready to serve: both sides connected, not halted, not
     /// stalled beyond the threshold; else the reason, on one line.
-    pub fn readiness(&self) -> Result<(), String> {
+    pub(crate) fn readiness(&self) -> Result<(), String> {
         if let Some(reason) = &*self.halted.lock().unwrap_or_else(|e| e.into_inner()) {
             return Err(format!("halted: {}", reason.replace('\n', " ")));
         }
@@ -345,30 +345,30 @@ impl Health {
         Ok(())
     }
 
-    pub fn postgres_connected(&self) -> bool {
+    pub(crate) fn postgres_connected(&self) -> bool {
         self.postgres.load(Relaxed)
     }
 
-    pub fn kafka_connected(&self) -> bool {
+    pub(crate) fn kafka_connected(&self) -> bool {
         self.kafka.load(Relaxed)
     }
 
-    pub fn in_flight(&self) -> u64 {
+    pub(crate) fn in_flight(&self) -> u64 {
         self.in_flight.load(Relaxed)
     }
 
-    pub fn events_seen(&self) -> u64 {
+    pub(crate) fn events_seen(&self) -> u64 {
         self.events_seen.load(Relaxed)
     }
 
     /// Milliseconds since the last event was read, `None` before the first.
-    pub fn since_last_event_ms(&self) -> Option<u64> {
+    pub(crate) fn since_last_event_ms(&self) -> Option<u64> {
         let last = self.last_event_ms.load(Relaxed);
         (last != NEVER).then(|| self.now_ms().saturating_sub(last))
     }
 
     /// Commit-to-ack of the last acknowledged event, `None` before the first.
-    pub fn behind_ms(&self) -> Option<i64> {
+    pub(crate) fn behind_ms(&self) -> Option<i64> {
         let v = self.behind_ms.load(Relaxed);
         (v >= 0).then_some(v)
     }

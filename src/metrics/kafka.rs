@@ -9,7 +9,7 @@ use super::*;
 use crate::sink::StatsHook;
 
 /// The callback the relay hands its producer.
-pub fn stats_hook(health: Arc<Health>) -> StatsHook {
+pub(crate) fn stats_hook(health: Arc<Health>) -> StatsHook {
     Arc::new(move |stats: &Statistics| record(stats, &health))
 }
 

@@ -11,9 +11,9 @@
 //! `kafka` (librdkafka statistics).
 
 mod export;
-pub mod health;
+pub(crate) mod health;
 mod http;
-pub mod kafka;
+pub(crate) mod kafka;
 pub mod slot;
 
 use std::net::SocketAddr;
@@ -23,88 +23,89 @@ use std::time::Duration;
 use metrics::Counter;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
-pub use health::Health;
+pub(crate) use health::Health;
 
 use crate::source::transactions::IgnoredCounts;
 
 /// Events handed to Kafka and acknowledged, by topic (counter).
-pub const EVENTS_PUBLISHED: &str = "outboxd_events_published_total";
+pub(crate) const EVENTS_PUBLISHED: &str = "outboxd_events_published_total";
 /// Bytes (key + value + headers) of acknowledged events, by topic (counter).
-pub const BYTES_PUBLISHED: &str = "outboxd_bytes_published_total";
+pub(crate) const BYTES_PUBLISHED: &str = "outboxd_bytes_published_total";
 /// Outbox events decoded from the WAL (counter).
-pub const EVENTS_SEEN: &str = "outboxd_events_seen_total";
+pub(crate) const EVENTS_SEEN: &str = "outboxd_events_seen_total";
 /// Changes and messages the slot sent that are not events, by reason (counter).
-pub const EVENTS_FILTERED: &str = "outboxd_events_filtered_total";
+pub(crate) const EVENTS_FILTERED: &str = "outboxd_events_filtered_total";
 /// Events sent to the dead-letter topic, by reason (counter).
-pub const EVENTS_DEAD_LETTERED: &str = "outboxd_events_dead_lettered_total";
+pub(crate) const EVENTS_DEAD_LETTERED: &str = "outboxd_events_dead_lettered_total";
 /// Failed deliveries, by error code and kind (counter).
-pub const DELIVERY_FAILURES: &str = "outboxd_delivery_failures_total";
+pub(crate) const DELIVERY_FAILURES: &str = "outboxd_delivery_failures_total";
 /// Reconnects of the whole pipeline, by cause (counter).
-pub const RECONNECTS: &str = "outboxd_reconnects_total";
+pub(crate) const RECONNECTS: &str = "outboxd_reconnects_total";
 /// Transactions whose commit was read (counter).
-pub const TRANSACTIONS: &str = "outboxd_transactions_total";
+pub(crate) const TRANSACTIONS: &str = "outboxd_transactions_total";
 /// Events sent to Kafka and not yet acknowledged (gauge).
-pub const IN_FLIGHT_EVENTS: &str = "outboxd_in_flight_events";
+pub(crate) const IN_FLIGHT_EVENTS: &str = "outboxd_in_flight_events";
 /// Bytes of those events (gauge).
-pub const IN_FLIGHT_BYTES: &str = "outboxd_in_flight_bytes";
+pub(crate) const IN_FLIGHT_BYTES: &str = "outboxd_in_flight_bytes";
 /// `relay.max_in_flight_events` (gauge).
-pub const IN_FLIGHT_EVENTS_LIMIT: &str = "outboxd_in_flight_events_limit";
+pub(crate) const IN_FLIGHT_EVENTS_LIMIT: &str = "outboxd_in_flight_events_limit";
 /// `relay.max_in_flight_bytes` (gauge).
-pub const IN_FLIGHT_BYTES_LIMIT: &str = "outboxd_in_flight_bytes_limit";
+pub(crate) const IN_FLIGHT_BYTES_LIMIT: &str = "outboxd_in_flight_bytes_limit";
 /// The slot position outboxd last confirmed, as a number (gauge).
-pub const CONFIRMED_LSN: &str = "outboxd_confirmed_lsn";
+pub(crate) const CONFIRMED_LSN: &str = "outboxd_confirmed_lsn";
 /// The highest WAL position received from the server (gauge).
-pub const RECEIVED_LSN: &str = "outboxd_received_lsn";
+pub(crate) const RECEIVED_LSN: &str = "outboxd_received_lsn";
 /// 1 while the relay is halted by a poison event under on_error = "stop" (gauge).
-pub const HALTED: &str = "outboxd_halted";
+pub(crate) const HALTED: &str = "outboxd_halted";
 /// The position ledger's last written position: every event up to it is
 /// acknowledged by Kafka (gauge).
-pub const LEDGER_LSN: &str = "outboxd_ledger_lsn";
+pub(crate) const LEDGER_LSN: &str = "outboxd_ledger_lsn";
 /// 1 while the relay refuses to start over a gap the ledger found, else 0 (gauge).
-pub const LEDGER_GAP: &str = "outboxd_ledger_gap";
+pub(crate) const LEDGER_GAP: &str = "outboxd_ledger_gap";
 /// Events not sent again on a (re)start because the ledger has them as relayed (counter).
-pub const EVENTS_SKIPPED: &str = "outboxd_events_skipped_total";
+pub(crate) const EVENTS_SKIPPED: &str = "outboxd_events_skipped_total";
 /// 1 while standing by: another instance streams the slot and this one waits
 /// to take over (gauge).
-pub const STANDBY: &str = "outboxd_standby";
+pub(crate) const STANDBY: &str = "outboxd_standby";
 /// 1 while connected, by side: `postgres` or `kafka` (gauge).
-pub const CONNECTED: &str = "outboxd_connected";
+pub(crate) const CONNECTED: &str = "outboxd_connected";
 /// Seconds the confirmed position has stood still while events were pending (gauge).
-pub const STALL_SECONDS: &str = "outboxd_stall_seconds";
+pub(crate) const STALL_SECONDS: &str = "outboxd_stall_seconds";
 /// Seconds from the PostgreSQL commit to the Kafka acknowledgement (histogram).
-pub const COMMIT_TO_ACK_SECONDS: &str = "outboxd_commit_to_ack_seconds";
+pub(crate) const COMMIT_TO_ACK_SECONDS: &str = "outboxd_commit_to_ack_seconds";
 /// Seconds from receiving the event's WAL to the Kafka acknowledgement (histogram).
-pub const WAL_RECEIVE_TO_ACK_SECONDS: &str = "outboxd_wal_receive_to_ack_seconds";
+pub(crate) const WAL_RECEIVE_TO_ACK_SECONDS: &str = "outboxd_wal_receive_to_ack_seconds";
 /// The server's current WAL position, sampled (gauge).
-pub const SERVER_LSN: &str = "outboxd_server_lsn";
+pub(crate) const SERVER_LSN: &str = "outboxd_server_lsn";
 /// Current WAL position minus the slot's confirmed_flush_lsn (gauge).
-pub const SLOT_LAG_BYTES: &str = "outboxd_slot_lag_bytes";
+pub(crate) const SLOT_LAG_BYTES: &str = "outboxd_slot_lag_bytes";
 /// Current WAL position minus the slot's restart_lsn: WAL the slot pins (gauge).
-pub const SLOT_RETAINED_WAL_BYTES: &str = "outboxd_slot_retained_wal_bytes";
+pub(crate) const SLOT_RETAINED_WAL_BYTES: &str = "outboxd_slot_retained_wal_bytes";
 /// 1 for the slot's current wal_status, 0 for the others, by status (gauge).
-pub const SLOT_WAL_STATUS: &str = "outboxd_slot_wal_status";
+pub(crate) const SLOT_WAL_STATUS: &str = "outboxd_slot_wal_status";
 /// WAL that may still be written before the slot is lost (gauge; NaN = no limit).
-pub const SLOT_SAFE_WAL_SIZE_BYTES: &str = "outboxd_slot_safe_wal_size_bytes";
+pub(crate) const SLOT_SAFE_WAL_SIZE_BYTES: &str = "outboxd_slot_safe_wal_size_bytes";
 /// 1 while a walsender streams the slot (ours or anyone's) (gauge).
-pub const SLOT_ACTIVE: &str = "outboxd_slot_active";
+pub(crate) const SLOT_ACTIVE: &str = "outboxd_slot_active";
 /// Average request round trip per broker, from librdkafka statistics (gauge).
-pub const KAFKA_BROKER_RTT_SECONDS: &str = "outboxd_kafka_broker_rtt_seconds";
+pub(crate) const KAFKA_BROKER_RTT_SECONDS: &str = "outboxd_kafka_broker_rtt_seconds";
 /// Records in the producer's queues, not yet acknowledged (gauge).
-pub const KAFKA_OUTBOUND_QUEUE_MESSAGES: &str = "outboxd_kafka_outbound_queue_messages";
+pub(crate) const KAFKA_OUTBOUND_QUEUE_MESSAGES: &str = "outboxd_kafka_outbound_queue_messages";
 /// Their bytes (gauge).
-pub const KAFKA_OUTBOUND_QUEUE_BYTES: &str = "outboxd_kafka_outbound_queue_bytes";
+pub(crate) const KAFKA_OUTBOUND_QUEUE_BYTES: &str = "outboxd_kafka_outbound_queue_bytes";
 /// Always 1, labelled with the version (gauge).
-pub const BUILD_INFO: &str = "outboxd_build_info";
+pub(crate) const BUILD_INFO: &str = "outboxd_build_info";
 
 /// Debezium's streaming metrics (behind `metrics.debezium_aliases`).
-pub const DBZ_MILLISECONDS_BEHIND_SOURCE: &str = "debezium_metrics_MilliSecondsBehindSource";
-pub const DBZ_TOTAL_NUMBER_OF_EVENTS_SEEN: &str = "debezium_metrics_TotalNumberOfEventsSeen";
-pub const DBZ_QUEUE_REMAINING_CAPACITY: &str = "debezium_metrics_QueueRemainingCapacity";
-pub const DBZ_CONNECTED: &str = "debezium_metrics_Connected";
-pub const DBZ_MILLISECONDS_SINCE_LAST_EVENT: &str = "debezium_metrics_MilliSecondsSinceLastEvent";
+pub(crate) const DBZ_MILLISECONDS_BEHIND_SOURCE: &str = "debezium_metrics_MilliSecondsBehindSource";
+pub(crate) const DBZ_TOTAL_NUMBER_OF_EVENTS_SEEN: &str = "debezium_metrics_TotalNumberOfEventsSeen";
+pub(crate) const DBZ_QUEUE_REMAINING_CAPACITY: &str = "debezium_metrics_QueueRemainingCapacity";
+pub(crate) const DBZ_CONNECTED: &str = "debezium_metrics_Connected";
+pub(crate) const DBZ_MILLISECONDS_SINCE_LAST_EVENT: &str =
+    "debezium_metrics_MilliSecondsSinceLastEvent";
 
 /// `reason` values of [`EVENTS_FILTERED`], in [`Filtered`]'s order.
-pub const FILTERED_REASONS: [&str; 5] = [
+pub(crate) const FILTERED_REASONS: [&str; 5] = [
     "other_table",
     "outbox_update",
     "outbox_delete",
@@ -113,7 +114,7 @@ pub const FILTERED_REASONS: [&str; 5] = [
 ];
 
 /// `status` values of [`SLOT_WAL_STATUS`] (pg_replication_slots.wal_status).
-pub const WAL_STATUSES: [&str; 4] = ["reserved", "extended", "unreserved", "lost"];
+pub(crate) const WAL_STATUSES: [&str; 4] = ["reserved", "extended", "unreserved", "lost"];
 
 /// Buckets for the latency histograms: 1 ms to 2 min, roughly x2.5 apart.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -270,28 +271,28 @@ fn describe() {
 }
 
 /// Sets an LSN gauge. f64 holds LSNs exactly up to 2^53 bytes (8 PiB of WAL).
-pub fn gauge_lsn(name: &'static str, lsn: crate::Lsn) {
+pub(crate) fn gauge_lsn(name: &'static str, lsn: crate::Lsn) {
     metrics::gauge!(name).set(lsn.0 as f64);
 }
 
 /// Turns the assembler's running [`IgnoredCounts`] into increments of
 /// [`EVENTS_FILTERED`]. One per session (the counts restart with the
 /// assembler); sampled, not called per change, so filtering stays free.
-pub struct Filtered {
+pub(crate) struct Filtered {
     counters: [Counter; 5],
     last: IgnoredCounts,
 }
 
 impl Filtered {
     /// Registers every reason, so each series exists (at 0) from the start.
-    pub fn new() -> Filtered {
+    pub(crate) fn new() -> Filtered {
         Filtered {
             counters: FILTERED_REASONS.map(|r| metrics::counter!(EVENTS_FILTERED, "reason" => r)),
             last: IgnoredCounts::default(),
         }
     }
 
-    pub fn update(&mut self, now: IgnoredCounts) {
+    pub(crate) fn update(&mut self, now: IgnoredCounts) {
         let pairs = [
             (now.other_table_changes, self.last.other_table_changes),
             (now.outbox_updates, self.last.outbox_updates),

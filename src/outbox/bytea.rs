@@ -9,10 +9,10 @@
 use bytes::Bytes;
 
 /// PostgreSQL's type OID of `bytea`.
-pub const BYTEA_TYPE_OID: u32 = 17;
+pub(crate) const BYTEA_TYPE_OID: u32 = 17;
 
 /// The bytes a `bytea`'s text form stands for; `None` if it is not one.
-pub fn decode(text: &[u8]) -> Option<Bytes> {
+pub(crate) fn decode(text: &[u8]) -> Option<Bytes> {
     match text.strip_prefix(b"\\x") {
         Some(hex) => decode_hex(hex),
         None => decode_escape(text),

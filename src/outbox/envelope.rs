@@ -15,7 +15,7 @@ use crate::outbox::record::write_iso8601_ms;
 
 /// What goes into an envelope; byte slices are column texts.
 #[derive(Debug, Clone, Copy)]
-pub struct EnvelopeFields<'a> {
+pub(crate) struct EnvelopeFields<'a> {
     pub id: Option<&'a [u8]>,
     pub event_type: Option<&'a [u8]>,
     pub aggregate_id: Option<&'a [u8]>,
@@ -28,7 +28,7 @@ pub struct EnvelopeFields<'a> {
 }
 
 /// Serialises `f` into a new buffer sized for it.
-pub fn write_envelope(f: &EnvelopeFields<'_>) -> Vec<u8> {
+pub(crate) fn write_envelope(f: &EnvelopeFields<'_>) -> Vec<u8> {
     let text_len = |v: Option<&[u8]>| v.map_or(4, <[u8]>::len);
     let capacity = 96
         + text_len(f.id)
@@ -57,7 +57,7 @@ pub fn write_envelope(f: &EnvelopeFields<'_>) -> Vec<u8> {
 }
 
 /// Whether `b` is one complete JSON value (surrounding whitespace allowed).
-pub fn is_json_text(b: &[u8]) -> bool {
+pub(crate) fn is_json_text(b: &[u8]) -> bool {
     serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok()
 }
 

@@ -19,7 +19,7 @@ pub(super) const TOPIC_SETTING: &str = "outbox.columns.topic";
 /// poison event: the relay applies `relay.on_error`), and says which column
 /// or setting to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MappingError {
+pub(crate) enum MappingError {
     /// A configured column is not in the row (the table was altered) or a
     /// required field is not in the message. `role` is the setting naming it.
     #[error(

@@ -9,7 +9,7 @@ use crate::Lsn;
 
 /// Shape of the outbox table as last described by a pgoutput Relation message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableInfo {
+pub(crate) struct TableInfo {
     pub oid: u32,
     pub schema: String,
     pub name: String,
@@ -18,17 +18,17 @@ pub struct TableInfo {
 
 impl TableInfo {
     /// `schema.name`, the form used in config and output.
-    pub fn qualified_name(&self) -> String {
+    pub(crate) fn qualified_name(&self) -> String {
         format!("{}.{}", self.schema, self.name)
     }
 
-    pub fn column_index(&self, name: &str) -> Option<usize> {
+    pub(crate) fn column_index(&self, name: &str) -> Option<usize> {
         self.columns.iter().position(|c| c.name == name)
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ColumnInfo {
+pub(crate) struct ColumnInfo {
     pub name: String,
     pub type_oid: u32,
 }
@@ -36,7 +36,7 @@ pub struct ColumnInfo {
 /// A column value in pgoutput's text format. `Text` is a slice of the WAL frame
 /// it arrived in (no copy).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ColumnValue {
+pub(crate) enum ColumnValue {
     Null,
     Text(Bytes),
     /// An unchanged TOASTed value; never produced for inserts, kept so updates
@@ -46,14 +46,15 @@ pub enum ColumnValue {
 
 impl ColumnValue {
     /// The value as UTF-8 text, if it is text and valid UTF-8.
-    pub fn as_str(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match self {
             ColumnValue::Text(b) => std::str::from_utf8(b).ok(),
             _ => None,
         }
     }
 
-    pub fn as_bytes(&self) -> Option<&Bytes> {
+    pub(crate) fn as_bytes(&self) -> Option<&Bytes> {
         match self {
             ColumnValue::Text(b) => Some(b),
             _ => None,
@@ -63,22 +64,16 @@ impl ColumnValue {
 
 /// One inserted outbox row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     pub table: Arc<TableInfo>,
     /// In the table's column order.
     pub values: Vec<ColumnValue>,
 }
 
-impl Row {
-    pub fn get(&self, column: &str) -> Option<&ColumnValue> {
-        self.table
-            .column_index(column)
-            .and_then(|i| self.values.get(i))
-    }
-}
+impl Row {}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EventKind {
+pub(crate) enum EventKind {
     Row(Row),
     /// A `pg_logical_emit_message` whose prefix matched the configured one.
     Message {
@@ -90,7 +85,7 @@ pub enum EventKind {
 
 /// An event with the transaction it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboxEvent {
+pub(crate) struct OutboxEvent {
     /// LSN of the transaction's commit record (pgoutput's Begin final LSN),
     /// known from the first event on; the end LSN that gets confirmed arrives
     /// later as a checkpoint. For a non-transactional message, its own LSN.

@@ -19,10 +19,10 @@ use crate::outbox::fields::Fields;
 use crate::outbox::json::{json_value_text, JsonStr};
 
 /// Header carrying the event id, as Debezium's router names it.
-pub const ID_HEADER: &str = "id";
+pub(crate) const ID_HEADER: &str = "id";
 /// Distinct header names from the `headers` column remembered before the
 /// cache is emptied.
-pub const MAX_CACHED_HEADER_NAMES: usize = 1024;
+pub(crate) const MAX_CACHED_HEADER_NAMES: usize = 1024;
 
 /// The header settings, compiled.
 #[derive(Debug)]

@@ -41,12 +41,12 @@ use crate::outbox::record::{parse_timestamp_ms, KafkaRecord};
 use crate::outbox::route::Router;
 use crate::outbox::topic::TopicCache;
 
-pub use crate::outbox::error::{MappingConfigError, MappingError};
-pub use crate::outbox::headers::{ID_HEADER, MAX_CACHED_HEADER_NAMES};
+pub(crate) use crate::outbox::error::{MappingConfigError, MappingError};
+pub(crate) use crate::outbox::headers::ID_HEADER;
 
 /// Column whose value becomes the envelope's `occurredAt` when no
 /// `outbox.columns.timestamp` is configured, if the table has it.
-pub const CREATED_AT_COLUMN: &str = "created_at";
+pub(crate) const CREATED_AT_COLUMN: &str = "created_at";
 
 const JSON_TYPE_OID: u32 = 114;
 const JSONB_TYPE_OID: u32 = 3802;
@@ -54,7 +54,7 @@ const JSONB_TYPE_OID: u32 = 3802;
 /// Turns outbox events into Kafka records. Holds caches, hence `&mut self`;
 /// use one per relay task.
 #[derive(Debug)]
-pub struct RecordMapper {
+pub(crate) struct RecordMapper {
     plan: Plan,
     /// Slot positions for the last table shape seen.
     layout: Option<Layout>,
@@ -63,7 +63,7 @@ pub struct RecordMapper {
 
 impl RecordMapper {
     /// Checks the config and pre-parses templates and rules.
-    pub fn new(
+    pub(crate) fn new(
         columns: &ColumnsConfig,
         routing: &RoutingConfig,
     ) -> Result<RecordMapper, MappingConfigError> {
@@ -77,7 +77,7 @@ impl RecordMapper {
     }
 
     /// The record for one event, or why the event cannot be relayed.
-    pub fn map(&mut self, event: &OutboxEvent) -> Result<KafkaRecord, MappingError> {
+    pub(crate) fn map(&mut self, event: &OutboxEvent) -> Result<KafkaRecord, MappingError> {
         match &event.kind {
             EventKind::Row(row) => {
                 if !self
@@ -125,7 +125,7 @@ impl RecordMapper {
     /// event it could not map: whichever of the two the event has (not NULL,
     /// present, and for a message, a JSON object), so a dead-letter copy can
     /// still be found by key and deduplicated by id.
-    pub fn key_and_id(&self, event: &OutboxEvent) -> (Option<Bytes>, Option<Bytes>) {
+    pub(crate) fn key_and_id(&self, event: &OutboxEvent) -> (Option<Bytes>, Option<Bytes>) {
         let (key, id) = (self.plan.key, self.plan.id);
         let text = |f: &Fields<'_>, slot: usize| match f.get(slot) {
             Some(ColumnValue::Text(b)) => Some(b.clone()),
@@ -163,12 +163,14 @@ impl RecordMapper {
     /// Which template a rule or the default gives these values: `Some(i)` for
     /// `routing.rules[i]`, `None` for `routing.topic`. The same choice as
     /// [`RoutingConfig::topic_template_for`].
-    pub fn rule_for(&self, event_type: &str, aggregate_type: &str) -> Option<usize> {
+    #[cfg(test)]
+    pub(crate) fn rule_for(&self, event_type: &str, aggregate_type: &str) -> Option<usize> {
         self.plan.router.rule_for(event_type, aggregate_type)
     }
 
     /// Topics currently interned.
-    pub fn cached_topics(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn cached_topics(&self) -> usize {
         self.state.topics.len()
     }
 }

@@ -1,21 +1,21 @@
 //! Rows to events: what an outbox event is, and (with the Kafka sink) how it
 //! maps to a Kafka record.
 
-pub mod bytea;
-pub mod envelope;
+pub(crate) mod bytea;
+pub(crate) mod envelope;
 mod error;
-pub mod event;
+pub(crate) mod event;
 mod fields;
 mod headers;
 mod json;
-pub mod mapper;
+pub(crate) mod mapper;
 mod message;
-pub mod record;
+pub(crate) mod record;
 mod route;
 mod tables;
-pub mod topic;
+pub(crate) mod topic;
 
-pub use event::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
-pub use mapper::{MappingConfigError, MappingError, RecordMapper};
-pub use record::KafkaRecord;
-pub use tables::TableMappers;
+pub(crate) use event::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
+pub(crate) use mapper::{MappingConfigError, MappingError, RecordMapper};
+pub(crate) use record::KafkaRecord;
+pub(crate) use tables::TableMappers;

@@ -11,7 +11,7 @@ use bytes::Bytes;
 /// [`Bytes`] slices of the WAL frame they arrived in, topic and header names
 /// are shared strings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KafkaRecord {
+pub(crate) struct KafkaRecord {
     /// Interned by the mapper: events for the same topic share one string.
     pub topic: Arc<str>,
     /// The key column's text (the aggregate id); `None` when it is NULL, in
@@ -35,7 +35,8 @@ pub struct KafkaRecord {
 
 impl KafkaRecord {
     /// The first header with this name.
-    pub fn header(&self, name: &str) -> Option<&Bytes> {
+    #[cfg(test)]
+    pub(crate) fn header(&self, name: &str) -> Option<&Bytes> {
         self.headers
             .iter()
             .find(|(n, _)| &**n == name)
@@ -43,7 +44,7 @@ impl KafkaRecord {
     }
 
     /// key + value + headers, as stored in [`KafkaRecord::size`].
-    pub fn compute_size(
+    pub(crate) fn compute_size(
         key: Option<&Bytes>,
         value: Option<&Bytes>,
         headers: &[(Arc<str>, Bytes)],
@@ -67,7 +68,7 @@ const MS_PER_DAY: i64 = 86_400_000;
 /// without a zone (taken as UTC), and a plain integer (a `bigint` column of
 /// epoch milliseconds). Fractions beyond milliseconds are truncated.
 /// Returns `None` for anything else, including `infinity` and BC dates.
-pub fn parse_timestamp_ms(text: &[u8]) -> Option<i64> {
+pub(crate) fn parse_timestamp_ms(text: &[u8]) -> Option<i64> {
     let s = text.trim_ascii();
     if s.is_empty() {
         return None;
@@ -155,7 +156,7 @@ pub fn parse_timestamp_ms(text: &[u8]) -> Option<i64> {
 
 /// Appends `ms` (since the Unix epoch) as ISO-8601 UTC with milliseconds,
 /// `2026-11-30T02:04:20.875Z`, the form JavaScript's `toISOString` gives.
-pub fn write_iso8601_ms(buf: &mut Vec<u8>, ms: i64) {
+pub(crate) fn write_iso8601_ms(buf: &mut Vec<u8>, ms: i64) {
     let days = ms.div_euclid(MS_PER_DAY);
     let in_day = ms.rem_euclid(MS_PER_DAY);
     let (y, m, d) = civil_from_days(days);

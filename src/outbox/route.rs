@@ -63,6 +63,7 @@ impl Router {
 
     /// Which template a rule or the default gives these values: `Some(i)` for
     /// `routing.rules[i]`, `None` for `routing.topic`.
+    #[cfg(test)]
     pub(super) fn rule_for(&self, event_type: &str, aggregate_type: &str) -> Option<usize> {
         self.rules
             .iter()

@@ -22,13 +22,13 @@ struct Entry {
 
 /// One [`RecordMapper`] per outbox table, chosen per event.
 #[derive(Debug)]
-pub struct TableMappers {
+pub(crate) struct TableMappers {
     /// In configuration order; never empty.
     entries: Vec<Entry>,
 }
 
 impl TableMappers {
-    pub fn new(tables: &[OutboxTable]) -> Result<TableMappers, MappingConfigError> {
+    pub(crate) fn new(tables: &[OutboxTable]) -> Result<TableMappers, MappingConfigError> {
         let entries = tables
             .iter()
             .map(|t| {
@@ -66,22 +66,22 @@ impl TableMappers {
     }
 
     /// The record for one event, by its table's mapping.
-    pub fn map(&mut self, event: &OutboxEvent) -> Result<KafkaRecord, MappingError> {
+    pub(crate) fn map(&mut self, event: &OutboxEvent) -> Result<KafkaRecord, MappingError> {
         let i = self.index(event);
         self.entries[i].mapper.map(event)
     }
 
-    pub fn key_and_id(&self, event: &OutboxEvent) -> (Option<Bytes>, Option<Bytes>) {
+    pub(crate) fn key_and_id(&self, event: &OutboxEvent) -> (Option<Bytes>, Option<Bytes>) {
         self.entries[self.index(event)].mapper.key_and_id(event)
     }
 
     /// The `table` metric label of an event (`schema.name`).
-    pub fn label(&self, event: &OutboxEvent) -> &str {
+    pub(crate) fn label(&self, event: &OutboxEvent) -> &str {
         &self.entries[self.index(event)].label
     }
 
     /// Every table's label, for registering the labelled metrics at start.
-    pub fn labels(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn labels(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(|e| e.label.as_str())
     }
 }

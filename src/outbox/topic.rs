@@ -10,12 +10,12 @@ use crate::config::routing::{parse_template, TemplatePart, MAX_TOPIC_LEN};
 
 /// Distinct topics remembered before the cache is emptied. Templates usually
 /// yield a handful; a per-row `topic` column could yield many, so it is bounded.
-pub const MAX_CACHED_TOPICS: usize = 4096;
+pub(crate) const MAX_CACHED_TOPICS: usize = 4096;
 
 /// A part of a compiled template. Column references are indices into the
 /// mapper's list of columns (its "slots").
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TopicPart {
+pub(crate) enum TopicPart {
     Literal(Box<str>),
     Column {
         slot: usize,
@@ -26,7 +26,7 @@ pub enum TopicPart {
 
 /// A parsed topic template.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopicTemplate {
+pub(crate) struct TopicTemplate {
     pub parts: Vec<TopicPart>,
     /// The topic when the template has no placeholders.
     pub fixed: Option<Arc<str>>,
@@ -36,7 +36,7 @@ impl TopicTemplate {
     /// Parses `template`, turning each `${role}` and `${column:<name>}` into
     /// the slot `slot_for(column)` hands out. Errors are reasons to append to
     /// the config key.
-    pub fn compile(
+    pub(crate) fn compile(
         template: &str,
         columns: &ColumnsConfig,
         mut slot_for: impl FnMut(&str) -> usize,
@@ -76,7 +76,7 @@ impl TopicTemplate {
 
 /// Why a name is not a valid Kafka topic, or `Ok`. Kafka allows 1 to 249 of
 /// ASCII letters, digits, `.`, `_` and `-`, except `.` and `..`.
-pub fn check_topic_name(name: &[u8]) -> Result<(), String> {
+pub(crate) fn check_topic_name(name: &[u8]) -> Result<(), String> {
     if name.is_empty() {
         return Err("it is empty".to_owned());
     }
@@ -107,14 +107,14 @@ pub fn check_topic_name(name: &[u8]) -> Result<(), String> {
 
 /// Resolved topic names to shared strings.
 #[derive(Debug, Default)]
-pub struct TopicCache {
+pub(crate) struct TopicCache {
     map: HashMap<Box<[u8]>, Arc<str>>,
 }
 
 impl TopicCache {
     /// The shared string for `name`, checking it on first sight. Invalid
     /// names are not cached, so each use reports the error.
-    pub fn intern(&mut self, name: &[u8]) -> Result<Arc<str>, String> {
+    pub(crate) fn intern(&mut self, name: &[u8]) -> Result<Arc<str>, String> {
         if let Some(t) = self.map.get(name) {
             return Ok(t.clone());
         }
@@ -128,12 +128,9 @@ impl TopicCache {
         Ok(topic)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
     }
 }
 

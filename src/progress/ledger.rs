@@ -47,10 +47,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::Lsn;
 
-pub use start::{
+pub(crate) use start::{
     decide_start, select_entry, GapReason, SlotState, StartDecision, StartGap, StartInputs,
 };
-pub use writer::{CommitPosition, LedgerWriter};
+pub(crate) use writer::{CommitPosition, LedgerWriter};
 
 /// The only format version this build writes and reads.
 pub const LEDGER_VERSION: u32 = 1;
@@ -73,7 +73,7 @@ impl LedgerIdentity {
     }
 
     /// The identity a key names, or `None` when it is not one of ours.
-    pub fn from_key(key: &str) -> Option<LedgerIdentity> {
+    pub(crate) fn from_key(key: &str) -> Option<LedgerIdentity> {
         let (system_identifier, rest) = key.split_once('/')?;
         let (database, slot) = rest.rsplit_once('/')?;
         let digits =
@@ -196,11 +196,11 @@ pub fn format_time_us(us: i64) -> String {
 mod lsn_text {
     use super::*;
 
-    pub fn serialize<S: Serializer>(lsn: &Lsn, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(lsn: &Lsn, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(lsn)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Lsn, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Lsn, D::Error> {
         let text = String::deserialize(d)?;
         text.parse().map_err(serde::de::Error::custom)
     }

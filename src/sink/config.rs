@@ -35,12 +35,12 @@ const MAX_QUEUE_MESSAGES: usize = 10_000_000;
 /// The relay's in-flight window (`relay.max_in_flight_events`): what the
 /// producer's queue is sized to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueBound {
+pub(crate) struct QueueBound {
     pub events: usize,
 }
 
 impl QueueBound {
-    pub fn of(relay: &RelayConfig) -> QueueBound {
+    pub(crate) fn of(relay: &RelayConfig) -> QueueBound {
         QueueBound {
             events: relay.max_in_flight_events,
         }
@@ -56,7 +56,7 @@ impl Default for QueueBound {
 }
 
 /// Properties outboxd sets on the producer whatever the configuration says.
-pub const ENFORCED: [(&str, &str); 3] = [
+pub(crate) const ENFORCED: [(&str, &str); 3] = [
     // Retries cannot duplicate or reorder; implies acks=all, max.in.flight ≤ 5
     // and unlimited retries.
     ("enable.idempotence", "true"),
@@ -70,7 +70,7 @@ pub const ENFORCED: [(&str, &str); 3] = [
 
 /// outboxd's defaults: `(property, its librdkafka aliases, value)`. A default
 /// applies only if the user set none of the names.
-pub const DEFAULTS: [(&str, &[&str], &str); 7] = [
+pub(crate) const DEFAULTS: [(&str, &[&str], &str); 7] = [
     // One produce request in flight per broker: a later request can then
     // never overtake a refused earlier one. Idempotence alone does not
     // prevent that before Kafka 4.5: a broker with no state for the producer
@@ -148,7 +148,7 @@ const PRODUCER_ONLY: [&str; 33] = [
 
 /// The producer's configuration: `bootstrap.servers` from `kafka.brokers`,
 /// the user's `[kafka.properties]`, [`DEFAULTS`] where unset, [`ENFORCED`].
-pub fn client_config(
+pub(crate) fn client_config(
     brokers: &str,
     properties: &BTreeMap<String, String>,
 ) -> Result<ClientConfig, SinkConfigError> {
@@ -168,7 +168,7 @@ pub fn client_config(
 
 /// The relay's producer: [`client_config`] with its queue sized to `window`
 /// (see [`queue_bound`]).
-pub fn producer_config(
+pub(crate) fn producer_config(
     brokers: &str,
     properties: &BTreeMap<String, String>,
     window: QueueBound,
@@ -243,7 +243,7 @@ fn queue_bound(
 /// connection and security properties, none of the producer's, and never
 /// broker-side auto-creation (a metadata request must not create the topic
 /// it asks about).
-pub fn admin_client_config(
+pub(crate) fn admin_client_config(
     brokers: &str,
     properties: &BTreeMap<String, String>,
 ) -> Result<ClientConfig, SinkConfigError> {

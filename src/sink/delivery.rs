@@ -103,7 +103,7 @@ pub struct DeliveryContext {
 }
 
 impl DeliveryContext {
-    pub fn new(reports: UnboundedSender<DeliveryReport>) -> DeliveryContext {
+    pub(crate) fn new(reports: UnboundedSender<DeliveryReport>) -> DeliveryContext {
         DeliveryContext {
             reports,
             fatal_raised: AtomicBool::new(false),
@@ -114,14 +114,14 @@ impl DeliveryContext {
 
     /// Hands statistics to `hook` (librdkafka only emits them when
     /// `statistics.interval.ms` is set).
-    pub fn with_stats(mut self, hook: Option<StatsHook>) -> DeliveryContext {
+    pub(crate) fn with_stats(mut self, hook: Option<StatsHook>) -> DeliveryContext {
         self.stats = hook;
         self
     }
 
     /// The fatal error librdkafka raised, if any: this producer delivers
     /// nothing more.
-    pub fn fatal(&self) -> Option<String> {
+    pub(crate) fn fatal(&self) -> Option<String> {
         if !self.fatal_raised.load(Ordering::Acquire) {
             return None;
         }

@@ -95,7 +95,7 @@ pub enum SinkError {
 impl SinkError {
     /// Whether reconnecting (a new producer, resuming from the slot) can help.
     /// `false` means the user has to change something first.
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             SinkError::Config(_) | SinkError::Client { .. } | SinkError::MissingTopic { .. } => {
                 false

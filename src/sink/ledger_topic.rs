@@ -273,7 +273,7 @@ impl LedgerTopic {
     /// broker paused under load, an idempotent producer was seen to time out
     /// every later record for good while the relay's own producer went on;
     /// a fresh one writes at once.
-    pub fn renew_producer(&mut self) -> Result<(), LedgerTopicError> {
+    pub(crate) fn renew_producer(&mut self) -> Result<(), LedgerTopicError> {
         let fresh = self
             .producer_config
             .create_with_context(LedgerContext)
@@ -287,10 +287,6 @@ impl LedgerTopic {
         // Dropping a librdkafka client joins its threads: not on this one.
         tokio::task::spawn_blocking(move || drop(old));
         Ok(())
-    }
-
-    pub fn topic(&self) -> &str {
-        &self.topic
     }
 
     /// Ok once the topic exists and is compacted, creating it when

@@ -12,6 +12,7 @@ use rdkafka::types::{RDKafkaApiKey, RDKafkaErrorCode, RDKafkaRespErr};
 
 use super::*;
 use crate::config::KafkaConfig;
+use crate::sink::error::SinkConfigError;
 
 const NO_HEADERS: &[(&str, &[u8])] = &[];
 

@@ -50,7 +50,7 @@
 mod client_log;
 mod config;
 mod delivery;
-mod error;
+pub(crate) mod error;
 mod ledger_topic;
 mod producer;
 mod send_now;
@@ -60,16 +60,14 @@ mod topics;
 mod mock_tests;
 
 pub use client_log::QuietRdkafka;
-pub use config::{
-    admin_client_config, client_config, producer_config, QueueBound, DEFAULTS, ENFORCED,
-};
+pub(crate) use config::{admin_client_config, producer_config, QueueBound};
 pub use delivery::{
     classify, Delivered, DeliveryContext, DeliveryFailure, DeliveryReport, FailureKind, StatsHook,
 };
-pub use error::{SendError, SinkConfigError, SinkError};
+pub(crate) use error::{SendError, SinkError};
 pub use ledger_topic::{
     inspect_ledger_topic, ledger_record, new_ledger_topic, LedgerTopic, LedgerTopicError,
     LedgerTopicState, LEDGER_TOPIC_PARTITIONS,
 };
 pub use producer::{KafkaSink, STATS_INTERVAL_MS};
-pub use topics::{describe_topic, TopicManager};
+pub(crate) use topics::{describe_topic, TopicManager};

@@ -17,6 +17,7 @@ use crate::config::KafkaConfig;
 
 /// How often [`KafkaSink::flush`] looks at the queue: short next to the
 /// 5 ms linger, long enough not to spin.
+#[cfg(test)]
 const FLUSH_CHECK_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Default statistics period when a hook wants them: fresher than a 15 s
@@ -51,7 +52,7 @@ impl KafkaSink {
     /// every `statistics.interval.ms` ([`STATS_INTERVAL_MS`] unless
     /// `[kafka.properties]` sets it; "0" there turns them off), with the
     /// queue sized to the caller's in-flight `window`.
-    pub fn with_stats(
+    pub(crate) fn with_stats(
         brokers: &str,
         kafka: &KafkaConfig,
         window: QueueBound,
@@ -81,7 +82,7 @@ impl KafkaSink {
     /// soon as it starts: the earliest sign of a working connection, seconds
     /// before the first statistics. Never called if the sink is dropped
     /// first.
-    pub fn when_connected(&self, connected: impl FnOnce() + Send + 'static) {
+    pub(crate) fn when_connected(&self, connected: impl FnOnce() + Send + 'static) {
         let producer = Arc::downgrade(&self.producer);
         let watch = move || loop {
             let Some(producer) = producer.upgrade() else {
@@ -157,7 +158,7 @@ impl KafkaSink {
 
     /// Nothing more is coming for now: what is queued goes out without
     /// waiting for `linger.ms` (see [`super::send_now`]). Never blocks.
-    pub fn send_now(&self) {
+    pub(crate) fn send_now(&self) {
         if let Some(send_now) = &self.send_now {
             send_now.request();
         }
@@ -190,20 +191,20 @@ impl KafkaSink {
     }
 
     /// A delivery report that is ready now, if any (call in a loop to drain).
-    pub fn try_report(&mut self) -> Option<DeliveryReport> {
+    pub(crate) fn try_report(&mut self) -> Option<DeliveryReport> {
         self.reports.try_recv().ok()
     }
 
     /// librdkafka's `outq_len`: records queued, in flight, or waiting for
     /// their report to be handed to the channel, plus any other client event
     /// (an error, a log line) the polling thread has yet to serve.
-    pub fn in_queue(&self) -> i32 {
+    pub(crate) fn in_queue(&self) -> i32 {
         self.producer.in_flight_count()
     }
 
     /// The fatal error, once librdkafka raised one (e.g. the gapless
     /// guarantee could not be kept): this producer delivers nothing more.
-    pub fn is_fatal(&self) -> Option<String> {
+    pub(crate) fn is_fatal(&self) -> Option<String> {
         if let Some((code, reason)) = self.producer.client().fatal_error() {
             return Some(format!("{reason} ({code:?})"));
         }
@@ -214,7 +215,8 @@ impl KafkaSink {
     /// `timeout`. Blocks the calling thread (use at shutdown, or from
     /// `spawn_blocking`). Only the polling thread serves callbacks meanwhile,
     /// so reports keep their per-partition order.
-    pub fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
+    #[cfg(test)]
+    pub(crate) fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
         let deadline = Instant::now() + timeout;
         loop {
             let in_flight = self.in_queue();
@@ -230,7 +232,7 @@ impl KafkaSink {
 
     /// Fails everything still queued (reports come back as `PurgeQueue`),
     /// leaving the requests already sent to their real outcome.
-    pub fn purge_queued(&self) {
+    pub(crate) fn purge_queued(&self) {
         self.producer
             .purge(PurgeConfig::default().queue().non_blocking());
     }
@@ -238,7 +240,7 @@ impl KafkaSink {
     /// Fails everything queued and in flight: their reports come back as
     /// `PurgeQueue` / `PurgeInflight` (`Transport`). For abandoning a
     /// producer after a transport failure without waiting for timeouts.
-    pub fn purge(&self) {
+    pub(crate) fn purge(&self) {
         self.producer
             .purge(PurgeConfig::default().queue().inflight().non_blocking());
     }

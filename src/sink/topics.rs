@@ -58,7 +58,7 @@ enum TopicState {
     Refused(RDKafkaErrorCode),
 }
 
-pub struct TopicManager {
+pub(crate) struct TopicManager {
     admin: Arc<AdminClient<AdminContext>>,
     create: bool,
     partitions: i32,
@@ -68,7 +68,7 @@ pub struct TopicManager {
 }
 
 impl TopicManager {
-    pub fn new(brokers: &str, kafka: &KafkaConfig) -> Result<TopicManager, SinkError> {
+    pub(crate) fn new(brokers: &str, kafka: &KafkaConfig) -> Result<TopicManager, SinkError> {
         let mut config = admin_client_config(brokers, &kafka.properties)?;
         config.set_log_level(delivery::log_level());
         let admin = config
@@ -87,7 +87,7 @@ impl TopicManager {
     /// it (`kafka.create_topics`) and waiting until every partition has a
     /// leader. [`SinkError::MissingTopic`] when it is missing and may not be
     /// created.
-    pub async fn ensure(&mut self, topic: &str) -> Result<(), SinkError> {
+    pub(crate) async fn ensure(&mut self, topic: &str) -> Result<(), SinkError> {
         if self.known.contains(topic) {
             return Ok(());
         }
@@ -114,14 +114,8 @@ impl TopicManager {
 
     /// True when `topic` is known to exist: [`ensure`](Self::ensure) would
     /// return at once, without asking the cluster.
-    pub fn is_known(&self, topic: &str) -> bool {
+    pub(crate) fn is_known(&self, topic: &str) -> bool {
         self.known.contains(topic)
-    }
-
-    /// Forgets which topics exist, so the next [`ensure`](Self::ensure) of
-    /// each asks the cluster again (e.g. after a topic was deleted).
-    pub fn forget(&mut self) {
-        self.known.clear();
     }
 
     async fn create(&self, topic: &str) -> Result<(), SinkError> {
@@ -261,7 +255,7 @@ fn topic_state(metadata: &Metadata, topic: &str) -> TopicState {
 /// What one metadata request says of `topic`: `None` when the answer does
 /// not list it, else its error (if any) and its partition count.
 /// librdkafka's call blocks, so it runs on the blocking pool.
-pub async fn describe_topic<C: ClientContext + 'static>(
+pub(crate) async fn describe_topic<C: ClientContext + 'static>(
     admin: &Arc<AdminClient<C>>,
     topic: &str,
 ) -> Result<Option<(Option<RDKafkaRespErr>, usize)>, KafkaError> {

@@ -6,4 +6,4 @@ pub(crate) mod driver;
 pub mod pgoutput;
 pub mod replication;
 pub mod session;
-pub mod transactions;
+pub(crate) mod transactions;

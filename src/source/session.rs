@@ -18,7 +18,7 @@ use crate::Lsn;
 
 /// pgoutput protocol version requested. Version 1 sends each transaction
 /// whole at commit, so nothing uncommitted is ever seen.
-pub const PROTO_VERSION: u32 = 1;
+pub(crate) const PROTO_VERSION: u32 = 1;
 
 #[derive(Debug, Clone)]
 pub struct SourceSettings {
@@ -48,12 +48,12 @@ pub struct SourceTable {
 impl SourceSettings {
     /// What the slot checks and `ensure_*` work on; its table is the first
     /// one (the slot and the publication are shared by all).
-    pub fn target(&self) -> Target<'_> {
+    pub(crate) fn target(&self) -> Target<'_> {
         self.target_for(&self.tables[0])
     }
 
     /// One target per outbox table, for the per-table publication checks.
-    pub fn targets(&self) -> impl Iterator<Item = Target<'_>> {
+    pub(crate) fn targets(&self) -> impl Iterator<Item = Target<'_>> {
         self.tables.iter().map(|t| self.target_for(t))
     }
 
@@ -71,7 +71,7 @@ impl SourceSettings {
     }
 
     /// Whether any table relays logical decoding messages.
-    pub fn wants_messages(&self) -> bool {
+    pub(crate) fn wants_messages(&self) -> bool {
         self.tables.iter().any(|t| t.message_prefix.is_some())
     }
 }
@@ -99,7 +99,7 @@ pub enum SourceError {
 impl SourceError {
     /// Reconnecting may help (network, server restart); anything else needs
     /// a person.
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             SourceError::Replication(e) => e.is_retryable(),
             SourceError::Admin(e) => e.is_retryable(),

@@ -19,7 +19,7 @@ use crate::Lsn;
 
 /// What the assembler hands on, in WAL order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceItem {
+pub(crate) enum SourceItem {
     /// An outbox row or message to deliver.
     Event(OutboxEvent),
     /// Everything before this position has been handed on: once all earlier
@@ -34,7 +34,7 @@ pub enum SourceItem {
 
 /// Changes seen and deliberately not published, by reason.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IgnoredCounts {
+pub(crate) struct IgnoredCounts {
     pub other_table_changes: u64,
     pub outbox_updates: u64,
     pub outbox_deletes: u64,
@@ -72,7 +72,7 @@ struct OpenTxn {
     events: u64,
 }
 
-pub struct TransactionAssembler {
+pub(crate) struct TransactionAssembler {
     /// `(schema, name)` of every outbox table. Several tables share the one
     /// WAL stream, so their events stay in commit order among themselves.
     outbox_tables: HashSet<(String, String)>,
@@ -84,7 +84,7 @@ pub struct TransactionAssembler {
 }
 
 impl TransactionAssembler {
-    pub fn new(tables: &[SourceTable]) -> Self {
+    pub(crate) fn new(tables: &[SourceTable]) -> Self {
         TransactionAssembler {
             outbox_tables: tables
                 .iter()
@@ -101,24 +101,24 @@ impl TransactionAssembler {
         }
     }
 
-    pub fn ignored(&self) -> IgnoredCounts {
+    pub(crate) fn ignored(&self) -> IgnoredCounts {
         self.ignored
     }
 
     /// The prefixes of the messages that are outbox events (none: messages
     /// are disabled).
-    pub fn message_prefixes(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn message_prefixes(&self) -> impl Iterator<Item = &str> {
         self.message_prefixes.iter().map(String::as_str)
     }
 
     /// True between Begin and Commit: keepalive positions must not be
     /// confirmed then, since they may lie inside the open transaction.
-    pub fn in_transaction(&self) -> bool {
+    pub(crate) fn in_transaction(&self) -> bool {
         self.open.is_some()
     }
 
     /// Handles one decoded message; appends what it yields to `out`.
-    pub fn handle(
+    pub(crate) fn handle(
         &mut self,
         msg: LogicalMessage,
         out: &mut Vec<SourceItem>,

@@ -19,17 +19,17 @@ impl Progress {
         Progress { bar: Some(bar) }
     }
 
-    pub fn hidden() -> Progress {
+    pub(crate) fn hidden() -> Progress {
         Progress { bar: None }
     }
 
-    pub fn is_visible(&self) -> bool {
+    pub(crate) fn is_visible(&self) -> bool {
         self.bar.is_some()
     }
 
     /// Rows in the window, counted before reading (rows written meanwhile
     /// may take the bar past it).
-    pub fn set_total(&self, rows: u64) {
+    pub(crate) fn set_total(&self, rows: u64) {
         if let Some(bar) = &self.bar {
             bar.set_length(rows);
             let style = ProgressStyle::with_template(
@@ -41,13 +41,13 @@ impl Progress {
         }
     }
 
-    pub fn inc(&self) {
+    pub(crate) fn inc(&self) {
         if let Some(bar) = &self.bar {
             bar.inc(1);
         }
     }
 
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

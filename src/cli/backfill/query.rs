@@ -21,7 +21,7 @@ use crate::source::admin::quote_ident;
 
 /// One column of the outbox table as the catalog describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Column {
+pub(crate) struct Column {
     pub name: String,
     pub type_oid: u32,
     /// `format_type(atttypid, atttypmod)`, to cast keyset literals back.
@@ -30,7 +30,7 @@ pub struct Column {
 
 /// How the time column compares with a `timestamptz` bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeKind {
+pub(crate) enum TimeKind {
     /// `timestamptz`, `timestamp` or `date`: compared as timestamps.
     Timestamp,
     /// An integer column of epoch milliseconds (as `outbox.columns.timestamp`
@@ -40,7 +40,7 @@ pub enum TimeKind {
 
 impl TimeKind {
     /// The kind for a column type, `None` when it holds no time.
-    pub fn of(type_oid: u32) -> Option<TimeKind> {
+    pub(crate) fn of(type_oid: u32) -> Option<TimeKind> {
         match type_oid {
             // timestamptz, timestamp, date
             1184 | 1114 | 1082 => Some(TimeKind::Timestamp),
@@ -53,7 +53,7 @@ impl TimeKind {
 
 /// A SQL string literal for `s`, safe whatever `standard_conforming_strings`
 /// says (as PostgreSQL's own `quote_literal` writes it).
-pub fn literal(s: &str) -> String {
+pub(crate) fn literal(s: &str) -> String {
     if s.contains('\\') {
         format!("E'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
     } else {
@@ -64,7 +64,7 @@ pub fn literal(s: &str) -> String {
 /// What every page query shares: the table, its columns, the time column,
 /// the id column and the window.
 #[derive(Debug, Clone)]
-pub struct PageQuery {
+pub(crate) struct PageQuery {
     /// `"schema"."table"`.
     pub table: String,
     pub columns: Vec<Column>,
@@ -96,7 +96,7 @@ impl PageQuery {
     }
 
     /// Rows in the window: for the progress bar.
-    pub fn count(&self) -> String {
+    pub(crate) fn count(&self) -> String {
         format!(
             "SELECT count(*) FROM {} WHERE {}",
             self.table,
@@ -106,7 +106,7 @@ impl PageQuery {
 
     /// The next page after `after` (the last row's time and ctid text), or
     /// the first page. Each row ends with its `ctid`, after the columns.
-    pub fn page(&self, after: Option<(&str, &str)>) -> String {
+    pub(crate) fn page(&self, after: Option<(&str, &str)>) -> String {
         let select: Vec<String> = self.columns.iter().map(|c| quote_ident(&c.name)).collect();
         let time = &self.columns[self.time];
         let time_q = quote_ident(&time.name);

@@ -16,10 +16,10 @@ use crate::source::admin::quote_ident;
 use crate::Lsn;
 
 /// Where the time column comes from, for errors that name the fix.
-pub const TIME_COLUMN_FLAG: &str = "--time-column";
+pub(crate) const TIME_COLUMN_FLAG: &str = "--time-column";
 
 /// Pages of the window, in time order then id.
-pub struct RowReader {
+pub(crate) struct RowReader {
     query: PageQuery,
     table: Arc<TableInfo>,
     /// Time and id text of the last row read.
@@ -32,7 +32,7 @@ impl RowReader {
     /// `outbox.columns.timestamp`, else `created_at`) and has PostgreSQL
     /// read the bounds, so `since`/`until` take whatever a `timestamptz`
     /// literal takes.
-    pub async fn open(
+    pub(crate) async fn open(
         client: &Client,
         schema: &str,
         name: &str,
@@ -113,18 +113,18 @@ impl RowReader {
     }
 
     /// The time column's name.
-    pub fn time_column(&self) -> &str {
+    pub(crate) fn time_column(&self) -> &str {
         &self.query.columns[self.query.time].name
     }
 
     /// The bounds as PostgreSQL read them.
-    pub fn window(&self) -> (&str, Option<&str>) {
+    pub(crate) fn window(&self) -> (&str, Option<&str>) {
         (&self.query.since, self.query.until.as_deref())
     }
 
     /// Rows in the window now (for the progress bar; rows written meanwhile
     /// may add to it).
-    pub async fn count(&self, client: &Client) -> Result<u64, BackfillError> {
+    pub(crate) async fn count(&self, client: &Client) -> Result<u64, BackfillError> {
         let rows = simple(client, &self.query.count(), "counting the rows to backfill").await?;
         Ok(rows
             .first()
@@ -134,7 +134,10 @@ impl RowReader {
     }
 
     /// The next page of events; empty once the window is read.
-    pub async fn next_page(&mut self, client: &Client) -> Result<Vec<OutboxEvent>, BackfillError> {
+    pub(crate) async fn next_page(
+        &mut self,
+        client: &Client,
+    ) -> Result<Vec<OutboxEvent>, BackfillError> {
         if self.done {
             return Ok(Vec::new());
         }

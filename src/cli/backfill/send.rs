@@ -23,7 +23,7 @@ enum Sent {
     DeadLetter,
 }
 
-pub struct Sender {
+pub(crate) struct Sender {
     sink: KafkaSink,
     topics: TopicManager,
     dead_letter_topic: Option<Arc<str>>,
@@ -35,7 +35,10 @@ pub struct Sender {
 }
 
 impl Sender {
-    pub fn new(cfg: &Config, dead_letter_topic: Option<Arc<str>>) -> Result<Sender, BackfillError> {
+    pub(crate) fn new(
+        cfg: &Config,
+        dead_letter_topic: Option<Arc<str>>,
+    ) -> Result<Sender, BackfillError> {
         let brokers = cfg.kafka.brokers.clone().unwrap_or_default();
         Ok(Sender {
             sink: KafkaSink::new(&brokers, &cfg.kafka)?,
@@ -49,7 +52,7 @@ impl Sender {
     }
 
     /// Maps and sends one event; `Err` says why the backfill must stop.
-    pub async fn publish(
+    pub(crate) async fn publish(
         &mut self,
         mapper: &mut RecordMapper,
         event: OutboxEvent,
@@ -188,7 +191,7 @@ impl Sender {
     }
 
     /// Waits for every report, then adds the failure (if any) to `summary`.
-    pub async fn finish(mut self, summary: &mut Summary) {
+    pub(crate) async fn finish(mut self, summary: &mut Summary) {
         while !self.in_flight.is_empty() {
             self.next_report(summary).await;
         }

@@ -39,7 +39,7 @@ const PRODUCER_ID_TIMEOUT: Duration = Duration::from_secs(10);
 /// Between two looks at the probe's state.
 const PROBE_POLL: Duration = Duration::from_millis(100);
 
-pub fn skipped(why: &str) -> Vec<Line> {
+pub(crate) fn skipped(why: &str) -> Vec<Line> {
     vec![
         Line::skip("kafka", why),
         Line::skip("topics", why),
@@ -48,7 +48,7 @@ pub fn skipped(why: &str) -> Vec<Line> {
     ]
 }
 
-pub async fn check(brokers: String, cfg: Config) -> Vec<Line> {
+pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
     let admin = match admin_client_config(&brokers, &cfg.kafka.properties)
         .map_err(|e| e.to_string())
         .and_then(|c| {

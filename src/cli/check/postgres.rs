@@ -27,7 +27,7 @@ const NAMES: [&str; 10] = [
 ];
 
 /// Every line of this half as `skip`.
-pub fn skipped(why: &str) -> Vec<Line> {
+pub(crate) fn skipped(why: &str) -> Vec<Line> {
     NAMES.iter().map(|n| Line::skip(n, why)).collect()
 }
 
@@ -61,7 +61,7 @@ async fn gather(client: &tokio_postgres::Client, t: &Target<'_>) -> Result<Facts
     })
 }
 
-pub async fn check(cfg: &Config, s: &SourceSettings) -> Vec<Line> {
+pub(crate) async fn check(cfg: &Config, s: &SourceSettings) -> Vec<Line> {
     let t = s.target();
     let (client, facts) = match admin::connect_sql(&s.conn).await {
         Ok(client) => {

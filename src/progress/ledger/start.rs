@@ -23,7 +23,7 @@ use crate::Lsn;
 
 /// The slot as `pg_replication_slots` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotState {
+pub(crate) enum SlotState {
     Missing,
     /// `wal_status = 'lost'` (or `invalidation_reason` set, PostgreSQL 17+):
     /// the WAL it needs is gone.
@@ -35,7 +35,7 @@ pub enum SlotState {
 
 /// Everything [`decide_start`] looks at.
 #[derive(Debug, Clone, Copy)]
-pub struct StartInputs<'a> {
+pub(crate) struct StartInputs<'a> {
     /// The ledger entry for this database and slot, from
     /// [`select_entry`]: this server's, or else another server's.
     pub ledger: Option<&'a LedgerEntry>,
@@ -53,7 +53,7 @@ pub struct StartInputs<'a> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StartDecision {
+pub(crate) enum StartDecision {
     /// Nothing known anywhere: create the slot and start at the current WAL.
     FirstStart,
     /// Nothing known and `postgres.create_slot = false`: the slot must be
@@ -131,7 +131,7 @@ pub struct StartGap {
 
 impl StartGap {
     /// The ledger's record of this gap once accepted.
-    pub fn accepted(&self, accepted_at_us: i64) -> AcceptedGap {
+    pub(crate) fn accepted(&self, accepted_at_us: i64) -> AcceptedGap {
         AcceptedGap {
             from_lsn: self.ledger_lsn.unwrap_or(Lsn::ZERO),
             to_lsn: self.resume_lsn,
@@ -179,7 +179,7 @@ impl fmt::Display for StartGap {
 /// The ledger entry that speaks for `identity`: its own, or else the newest
 /// one for the same database and slot on another server (which is how a
 /// changed system identifier is noticed).
-pub fn select_entry<'a>(
+pub(crate) fn select_entry<'a>(
     entries: impl IntoIterator<Item = &'a LedgerEntry>,
     identity: &LedgerIdentity,
 ) -> Option<&'a LedgerEntry> {
@@ -199,7 +199,7 @@ pub fn select_entry<'a>(
 }
 
 /// Decides a (re)start; see the module documentation for the table.
-pub fn decide_start(inputs: StartInputs<'_>) -> StartDecision {
+pub(crate) fn decide_start(inputs: StartInputs<'_>) -> StartDecision {
     let slot_position = match inputs.slot {
         SlotState::Present { confirmed_flush } => Some(confirmed_flush),
         SlotState::Missing | SlotState::Invalidated => None,

@@ -129,7 +129,7 @@ impl AdminError {
     /// Reconnecting may help: the server went away or is starting or
     /// stopping (SQLSTATE class 08, 57P01-57P03), or another client holds
     /// the slot. Anything else needs a person.
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             AdminError::Connect { .. }
             | AdminError::NoPrimary { .. }
@@ -148,7 +148,7 @@ impl AdminError {
 
 impl AdminError {
     /// Whether reconnecting can help, and for how long.
-    pub fn disposition(&self) -> Disposition {
+    pub(crate) fn disposition(&self) -> Disposition {
         match self {
             AdminError::Connect { error, .. } | AdminError::Sql { source: error, .. } => {
                 pg_error_disposition(error)
@@ -178,7 +178,7 @@ fn pg_error_disposition(e: &tokio_postgres::Error) -> Disposition {
 /// A tokio-postgres error with what its Display leaves out: the server's
 /// severity, message, SQLSTATE, detail and hint, or the certificate problem,
 /// or the chain of causes (e.g. "Connection refused").
-pub fn describe_pg_error(e: &tokio_postgres::Error) -> String {
+pub(crate) fn describe_pg_error(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return ServerError::from_db_error(db).to_string();
     }

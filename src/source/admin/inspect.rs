@@ -13,7 +13,7 @@ use super::{sql_err, AdminError, Target};
 
 /// Server settings and the current role, from one query.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerFacts {
+pub(crate) struct ServerFacts {
     pub version_num: i32,
     pub version: String,
     pub wal_level: String,
@@ -27,7 +27,7 @@ pub struct ServerFacts {
     pub used_senders: i64,
 }
 
-pub async fn server_facts(client: &Client) -> Result<ServerFacts, AdminError> {
+pub(crate) async fn server_facts(client: &Client) -> Result<ServerFacts, AdminError> {
     let r = client
         .query_one(
             "SELECT current_setting('server_version_num')::int, current_setting('server_version'), \
@@ -59,7 +59,7 @@ pub async fn server_facts(client: &Client) -> Result<ServerFacts, AdminError> {
 
 /// What a PostgreSQL 17+ server shows of failover-slot synchronisation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyncFacts {
+pub(crate) struct SyncFacts {
     /// A standby: its failover slots are copies kept by slot sync.
     pub in_recovery: bool,
     /// The primary's `synchronized_standby_slots`: the physical slots whose
@@ -68,7 +68,7 @@ pub struct SyncFacts {
 }
 
 /// Only on PostgreSQL 17+ (the setting is unknown before).
-pub async fn sync_facts(client: &Client) -> Result<SyncFacts, AdminError> {
+pub(crate) async fn sync_facts(client: &Client) -> Result<SyncFacts, AdminError> {
     let r = client
         .query_one(
             "SELECT pg_is_in_recovery(), current_setting('synchronized_standby_slots')",
@@ -86,7 +86,7 @@ pub async fn sync_facts(client: &Client) -> Result<SyncFacts, AdminError> {
 /// the domain's base type for a domain column, so `CREATE DOMAIN ... AS
 /// jsonb` counts as jsonb.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ColumnFacts {
+pub(crate) struct ColumnFacts {
     pub name: String,
     /// As `format_type` prints it, e.g. `character varying(64)`.
     pub type_name: String,
@@ -99,7 +99,7 @@ pub struct ColumnFacts {
 
 /// The outbox table as the current role sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableFacts {
+pub(crate) struct TableFacts {
     pub can_select: bool,
     /// Owner, or member of the owning role: needed for CREATE PUBLICATION
     /// ... FOR TABLE.
@@ -111,7 +111,7 @@ pub struct TableFacts {
 }
 
 /// `None` when the table does not exist.
-pub async fn table_facts(
+pub(crate) async fn table_facts(
     client: &Client,
     t: &Target<'_>,
 ) -> Result<Option<TableFacts>, AdminError> {
@@ -161,7 +161,7 @@ pub async fn table_facts(
 
 /// The publication and what it does with the outbox table.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublicationFacts {
+pub(crate) struct PublicationFacts {
     pub publishes_inserts: bool,
     /// `publish_via_partition_root`.
     pub via_root: bool,
@@ -175,7 +175,7 @@ pub struct PublicationFacts {
 }
 
 /// `None` when the publication does not exist.
-pub async fn publication_facts(
+pub(crate) async fn publication_facts(
     client: &Client,
     t: &Target<'_>,
     version_num: i32,
@@ -213,7 +213,7 @@ pub async fn publication_facts(
 
 /// Bytes of WAL the slot still holds back: the server's current position
 /// (on a standby, the last replayed one) minus the slot's confirmed_flush_lsn.
-pub async fn slot_lag_bytes(client: &Client, slot: &str) -> Result<Option<i64>, AdminError> {
+pub(crate) async fn slot_lag_bytes(client: &Client, slot: &str) -> Result<Option<i64>, AdminError> {
     let row = client
         .query_opt(
             "SELECT pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
@@ -228,7 +228,7 @@ pub async fn slot_lag_bytes(client: &Client, slot: &str) -> Result<Option<i64>, 
 
 /// Findings only `outboxd check` reports, each naming the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Issue {
+pub(crate) enum Issue {
     #[error(
         "role {user:?} may not SELECT from {table}; streaming does not need it, but the grant in \
          migrations/004_replication_role.sql lets the same role inspect the outbox: \
@@ -285,7 +285,7 @@ pub enum Issue {
 
 /// How well a column type suits its role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TypeFit {
+pub(crate) enum TypeFit {
     Good,
     /// Works, but probably not as intended; the reason says why.
     Doubtful(&'static str),
@@ -297,7 +297,7 @@ pub enum TypeFit {
 /// text form, so the question is whether that text is what a consumer (or
 /// the mapper) expects. `role` is a `[outbox.columns]` role, or `"header"`
 /// for a routing.additional_headers or `${column:...}` source.
-pub fn type_fit(role: &str, base_type: &str, category: &str) -> TypeFit {
+pub(crate) fn type_fit(role: &str, base_type: &str, category: &str) -> TypeFit {
     let text = category == "S";
     let json = matches!(base_type, "json" | "jsonb");
     let integer = matches!(base_type, "int2" | "int4" | "int8");
@@ -324,7 +324,7 @@ pub fn type_fit(role: &str, base_type: &str, category: &str) -> TypeFit {
 }
 
 /// `"schema"."table"`, as the admin messages print it.
-pub fn qualified(t: &Target<'_>) -> String {
+pub(crate) fn qualified(t: &Target<'_>) -> String {
     t.qualified_table()
 }
 

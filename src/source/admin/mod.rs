@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-pub use error::AdminError;
-pub use inspect::{
+pub(crate) use error::AdminError;
+pub(crate) use inspect::{
     publication_facts, qualified, server_facts, slot_lag_bytes, sync_facts, table_facts, type_fit,
-    ColumnFacts, Issue, PublicationFacts, ServerFacts, SyncFacts, TableFacts, TypeFit,
+    Issue, PublicationFacts, ServerFacts, SyncFacts, TableFacts, TypeFit,
 };
 pub use sql::connect_sql;
-pub use watch::{judge, judge_all, observe, Observation, TableChange, TableIdentity};
+pub(crate) use watch::{judge_all, observe, Observation, TableChange, TableIdentity};
 
 use crate::source::replication::WalConnection;
 use crate::source::session::SourceTable;
@@ -25,7 +25,7 @@ use crate::Lsn;
 
 /// What outboxd needs to know about its database objects.
 #[derive(Debug, Clone)]
-pub struct Target<'a> {
+pub(crate) struct Target<'a> {
     pub slot: &'a str,
     pub publication: &'a str,
     pub table_schema: &'a str,
@@ -50,20 +50,20 @@ impl Target<'_> {
 }
 
 /// Oldest server whose pgoutput and slot views outboxd relies on.
-pub const MIN_SERVER_VERSION_NUM: i32 = 140000;
+pub(crate) const MIN_SERVER_VERSION_NUM: i32 = 140000;
 /// First server with failover slots (`pg_replication_slots.failover`).
-pub const FAILOVER_SLOT_VERSION_NUM: i32 = 170000;
+pub(crate) const FAILOVER_SLOT_VERSION_NUM: i32 = 170000;
 
 fn sql_err(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> AdminError {
     move |source| AdminError::Sql { context, source }
 }
 
-pub fn quote_ident(s: &str) -> String {
+pub(crate) fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
 /// Server version, wal_level and the role's REPLICATION attribute.
-pub async fn preflight(client: &Client) -> Result<(), AdminError> {
+pub(crate) async fn preflight(client: &Client) -> Result<(), AdminError> {
     let row = client
         .query_one(
             "SELECT current_setting('server_version_num')::int, current_setting('server_version'), \
@@ -91,7 +91,7 @@ pub async fn preflight(client: &Client) -> Result<(), AdminError> {
 
 /// The server rules, pure so each refusal is unit-tested (a server older
 /// than 14 cannot be started by the test suite).
-pub fn check_server(
+pub(crate) fn check_server(
     version_num: i32,
     version: String,
     wal_level: String,
@@ -118,7 +118,10 @@ pub fn check_server(
 /// its partition, the relay would not recognise it as an outbox row, and the
 /// slot would move past it. Published through the root, partitions attached
 /// later are covered too.
-pub async fn check_publication_ready(client: &Client, t: &Target<'_>) -> Result<bool, AdminError> {
+pub(crate) async fn check_publication_ready(
+    client: &Client,
+    t: &Target<'_>,
+) -> Result<bool, AdminError> {
     let table = t.qualified_table();
     let Some(relation) = client
         .query_opt(
@@ -172,7 +175,7 @@ pub async fn check_publication_ready(client: &Client, t: &Target<'_>) -> Result<
 }
 
 /// Creates the publication, through the partition root.
-pub async fn create_publication(client: &Client, t: &Target<'_>) -> Result<(), AdminError> {
+pub(crate) async fn create_publication(client: &Client, t: &Target<'_>) -> Result<(), AdminError> {
     let table = t
         .all_tables
         .iter()
@@ -205,7 +208,7 @@ pub async fn create_publication(client: &Client, t: &Target<'_>) -> Result<(), A
 
 /// What decides whether an existing publication can carry the outbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PublicationFlags {
+pub(crate) struct PublicationFlags {
     /// `pubinsert`.
     pub inserts: bool,
     /// `pubviaroot`.
@@ -216,7 +219,7 @@ pub struct PublicationFlags {
 
 /// The publication rules, pure so each refusal is unit-tested; shared by
 /// `outboxd run` and `outboxd check`.
-pub fn check_publication(t: &Target<'_>, f: PublicationFlags) -> Result<(), AdminError> {
+pub(crate) fn check_publication(t: &Target<'_>, f: PublicationFlags) -> Result<(), AdminError> {
     if !f.inserts {
         return Err(AdminError::PublicationNoInserts {
             publication: t.publication.into(),
@@ -233,7 +236,7 @@ pub fn check_publication(t: &Target<'_>, f: PublicationFlags) -> Result<(), Admi
 
 /// A slot as `pg_replication_slots` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlotInfo {
+pub(crate) struct SlotInfo {
     pub plugin: Option<String>,
     pub slot_type: String,
     pub database: Option<String>,
@@ -247,7 +250,7 @@ pub struct SlotInfo {
     pub synced: Option<bool>,
 }
 
-pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, AdminError> {
+pub(crate) async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, AdminError> {
     let row = client
         .query_opt(
             // Through to_jsonb: `failover` and `synced` exist from 17 on,
@@ -275,7 +278,7 @@ pub async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, 
 
 /// Verifies the slot is usable by us: `Ok(None)` when it is missing and
 /// outboxd is to create it ([`create_slot`], once every check has passed).
-pub async fn check_slot_ready(
+pub(crate) async fn check_slot_ready(
     client: &Client,
     t: &Target<'_>,
 ) -> Result<Option<SlotInfo>, AdminError> {
@@ -317,7 +320,7 @@ pub async fn check_slot_ready(
 }
 
 /// Creates the slot (pgoutput) and verifies what was created.
-pub async fn create_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, AdminError> {
+pub(crate) async fn create_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, AdminError> {
     let database = current_database(client).await?;
     // The fifth argument (failover) exists from PostgreSQL 17 on;
     // check_slot_ready refused failover_slot on older servers already.
@@ -364,7 +367,10 @@ pub async fn create_slot(client: &Client, t: &Target<'_>) -> Result<SlotInfo, Ad
 }
 
 /// `postgres.failover_slot` needs PostgreSQL 17; pure so it is unit-tested.
-pub fn check_failover_supported(version_num: i32, version: String) -> Result<(), AdminError> {
+pub(crate) fn check_failover_supported(
+    version_num: i32,
+    version: String,
+) -> Result<(), AdminError> {
     if version_num < FAILOVER_SLOT_VERSION_NUM {
         return Err(AdminError::FailoverUnsupported { version });
     }
@@ -375,7 +381,7 @@ pub fn check_failover_supported(version_num: i32, version: String) -> Result<(),
 /// `ALTER_REPLICATION_SLOT` is a replication command (PostgreSQL 17 has no
 /// SQL function for it), so it runs on the walsender connection, before
 /// START_REPLICATION.
-pub async fn ensure_failover(
+pub(crate) async fn ensure_failover(
     conn: &mut WalConnection,
     t: &Target<'_>,
     mut info: SlotInfo,
@@ -395,7 +401,7 @@ pub async fn ensure_failover(
 }
 
 /// Slot names are validated (`[a-z0-9_]`) before they get here.
-pub fn alter_failover_command(slot: &str) -> String {
+pub(crate) fn alter_failover_command(slot: &str) -> String {
     format!(
         "ALTER_REPLICATION_SLOT {} ( FAILOVER true )",
         quote_ident(slot)
@@ -422,7 +428,7 @@ async fn max_replication_slots(client: &Client) -> Result<i64, AdminError> {
 }
 
 /// The slot rules, pure so every refusal is unit-tested.
-pub fn check_slot(slot: &str, database: &str, info: &SlotInfo) -> Result<(), AdminError> {
+pub(crate) fn check_slot(slot: &str, database: &str, info: &SlotInfo) -> Result<(), AdminError> {
     if info.slot_type != "logical" {
         return Err(AdminError::SlotNotLogical { slot: slot.into() });
     }
@@ -453,7 +459,7 @@ pub fn check_slot(slot: &str, database: &str, info: &SlotInfo) -> Result<(), Adm
 
 /// The server's `wal_sender_timeout` (0 = disabled). Status updates must be
 /// sent well within it.
-pub async fn wal_sender_timeout(client: &Client) -> Result<Duration, AdminError> {
+pub(crate) async fn wal_sender_timeout(client: &Client) -> Result<Duration, AdminError> {
     let ms: i64 = client
         .query_one(
             "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_sender_timeout'",

@@ -17,7 +17,7 @@ use crate::Lsn;
 
 /// What makes the configured table the one whose inserts the stream carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TableIdentity {
+pub(crate) struct TableIdentity {
     /// `None`: no table of that name.
     pub table_oid: Option<u32>,
     /// `None`: no publication of that name.
@@ -34,7 +34,7 @@ pub struct TableIdentity {
 
 /// One look at every outbox table, and the WAL position it vouches for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observation {
+pub(crate) struct Observation {
     /// The server's WAL position, read before the catalog.
     pub lsn: Lsn,
     /// The server's clock at that moment, as PostgreSQL prints it: rows
@@ -46,7 +46,10 @@ pub struct Observation {
 
 /// Reads the WAL position, then (in later statements, so later snapshots)
 /// each table's identity.
-pub async fn observe(client: &Client, targets: &[Target<'_>]) -> Result<Observation, AdminError> {
+pub(crate) async fn observe(
+    client: &Client,
+    targets: &[Target<'_>],
+) -> Result<Observation, AdminError> {
     let row = client
         .query_one(
             "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
@@ -95,7 +98,7 @@ async fn identity(client: &Client, t: &Target<'_>) -> Result<TableIdentity, Admi
 }
 
 /// The first table (by index) whose identity changed since `start`.
-pub fn judge_all(
+pub(crate) fn judge_all(
     start: &[TableIdentity],
     now: &[TableIdentity],
 ) -> Result<(), (usize, TableChange)> {
@@ -107,7 +110,7 @@ pub fn judge_all(
 
 /// How the table stopped being the one the stream carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TableChange {
+pub(crate) enum TableChange {
     Dropped,
     /// Another table now has the name (dropped and created, or renamed).
     Replaced {
@@ -155,7 +158,7 @@ impl std::fmt::Display for TableChange {
 
 /// The table as the session started with it versus now. Pure, so every
 /// change is unit-tested.
-pub fn judge(start: &TableIdentity, now: &TableIdentity) -> Result<(), TableChange> {
+pub(crate) fn judge(start: &TableIdentity, now: &TableIdentity) -> Result<(), TableChange> {
     let Some(oid) = now.table_oid else {
         return Err(TableChange::Dropped);
     };

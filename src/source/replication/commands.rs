@@ -20,7 +20,7 @@ pub struct SystemIdentity {
 
 /// What START_REPLICATION asks pgoutput for.
 #[derive(Debug, Clone)]
-pub struct StartOptions {
+pub(crate) struct StartOptions {
     pub slot: String,
     pub publication: String,
     pub start_lsn: Lsn,
@@ -33,7 +33,7 @@ pub struct StartOptions {
 
 /// Slot and publication names go into commands as quoted identifiers and
 /// literals; reject anything that could need escaping beyond that.
-pub fn validate_identifier(kind: &str, name: &str) -> Result<(), String> {
+pub(crate) fn validate_identifier(kind: &str, name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 63
         && name
@@ -52,7 +52,7 @@ pub fn validate_identifier(kind: &str, name: &str) -> Result<(), String> {
 /// string literal holding a comma-separated list of identifiers: the name
 /// is double-quoted as an identifier (so case, spaces, commas and quotes
 /// survive), then that is quoted as a literal.
-pub fn start_replication_command(opts: &StartOptions) -> String {
+pub(crate) fn start_replication_command(opts: &StartOptions) -> String {
     let publication = format!("\"{}\"", opts.publication.replace('"', "\"\""));
     format!(
         "START_REPLICATION SLOT \"{}\" LOGICAL {} (proto_version '{}', publication_names '{}', messages '{}')",
@@ -67,7 +67,7 @@ pub fn start_replication_command(opts: &StartOptions) -> String {
 impl WalConnection {
     /// Runs a command and returns its rows as text. For replication commands
     /// and the few SQL queries the walsender allows.
-    pub async fn simple_query(
+    pub(crate) async fn simple_query(
         &mut self,
         sql: &str,
     ) -> Result<Vec<Vec<Option<String>>>, ReplicationError> {

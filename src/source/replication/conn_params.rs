@@ -75,7 +75,7 @@ impl Default for Keepalive {
 /// `TCP_USER_TIMEOUT` when the URL sets none: data sent and unacknowledged
 /// for this long ends the connection, instead of the ~15 min of
 /// retransmissions Linux would otherwise try.
-pub const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// libpq's `target_session_attrs`, minus the variants a CDC source has no use
 /// for: the slot lives on the primary, so only "any" and "read-write" matter.
@@ -287,7 +287,7 @@ impl ConnParams {
 
     /// One single-host `ConnParams` per host, in the order to try them.
     /// A single-host URL gives itself.
-    pub fn candidates(&self) -> Vec<ConnParams> {
+    pub(crate) fn candidates(&self) -> Vec<ConnParams> {
         let first = ConnParams {
             other_hosts: Vec::new(),
             ..self.clone()
@@ -302,7 +302,7 @@ impl ConnParams {
     }
 
     /// `user@host:port/db` for error messages: never includes the password.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut hosts = format!("{}:{}", self.host, self.port);
         for (host, port) in &self.other_hosts {
             hosts.push_str(&format!(",{host}:{port}"));

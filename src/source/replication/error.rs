@@ -8,7 +8,7 @@ use super::tls::TlsConfigError;
 
 /// What a failure asks of the relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
+pub(crate) enum Disposition {
     /// The network or the server went away: reconnect with backoff, for as
     /// long as it takes.
     Transient,
@@ -37,7 +37,7 @@ const TRANSIENT_SQLSTATES: [SqlState; 9] = [
 ];
 
 /// How to react to a server error with SQLSTATE `code`.
-pub fn sqlstate_disposition(code: &SqlState) -> Disposition {
+pub(crate) fn sqlstate_disposition(code: &SqlState) -> Disposition {
     if TRANSIENT_SQLSTATES.contains(code) {
         Disposition::Transient
     } else if sqlstate_fix(code).is_some() {
@@ -48,7 +48,7 @@ pub fn sqlstate_disposition(code: &SqlState) -> Disposition {
 }
 
 /// The setting to fix for the permanent connection errors.
-pub fn sqlstate_fix(code: &SqlState) -> Option<&'static str> {
+pub(crate) fn sqlstate_fix(code: &SqlState) -> Option<&'static str> {
     Some(if *code == SqlState::INVALID_PASSWORD {
         "fix the password: in postgres.url, or in what postgres.password_env or postgres.password_file names"
     } else if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION {
@@ -98,7 +98,7 @@ impl std::fmt::Display for ServerError {
 
 impl ServerError {
     /// The same fields from a tokio-postgres error (the SQL connection).
-    pub fn from_db_error(e: &DbError) -> ServerError {
+    pub(crate) fn from_db_error(e: &DbError) -> ServerError {
         ServerError {
             severity: e.severity().to_string(),
             code: e.code().code().to_string(),
@@ -108,7 +108,7 @@ impl ServerError {
         }
     }
 
-    pub fn sqlstate(&self) -> SqlState {
+    pub(crate) fn sqlstate(&self) -> SqlState {
         SqlState::from_code(&self.code)
     }
 
@@ -184,7 +184,7 @@ impl ReplicationError {
         self.disposition() == Disposition::Transient
     }
 
-    pub fn disposition(&self) -> Disposition {
+    pub(crate) fn disposition(&self) -> Disposition {
         match self {
             ReplicationError::Io { .. }
             | ReplicationError::ConnectTimeout { .. }
@@ -196,13 +196,6 @@ impl ReplicationError {
             | ReplicationError::Auth { .. } => Disposition::Permanent,
             ReplicationError::Server { error, .. } => sqlstate_disposition(&error.sqlstate()),
             ReplicationError::Protocol { .. } => Disposition::Fatal,
-        }
-    }
-
-    pub fn sqlstate(&self) -> Option<&str> {
-        match self {
-            ReplicationError::Server { error, .. } => Some(&error.code),
-            _ => None,
         }
     }
 }

@@ -20,11 +20,11 @@ use super::error::{ReplicationError, ServerError};
 use super::message_skip::{Decision, MessageSkip, MAX_HEADER_LEN};
 
 /// Any byte stream: a TcpStream or a TLS stream over one.
-pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send {}
+pub(crate) trait Socket: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Socket for T {}
 
 /// A backend frame, sorted the way the walsender flows need it.
-pub enum Frame {
+pub(crate) enum Frame {
     CopyBothResponse,
     CopyData(Bytes),
     /// Anything else, parsed by postgres-protocol.
@@ -38,7 +38,7 @@ const MAX_FRAME_LEN: usize = 1 << 30;
 /// Initial read buffer; grows to the largest frame seen.
 const READ_BUF_CAPACITY: usize = 64 * 1024;
 
-pub struct FramedConnection {
+pub(crate) struct FramedConnection {
     socket: Box<dyn Socket>,
     read_buf: BytesMut,
     /// Which messages are skipped as they stream; `None` before the stream
@@ -52,7 +52,7 @@ pub struct FramedConnection {
 }
 
 impl FramedConnection {
-    pub fn new(socket: Box<dyn Socket>, server: String) -> Self {
+    pub(crate) fn new(socket: Box<dyn Socket>, server: String) -> Self {
         FramedConnection {
             socket,
             read_buf: BytesMut::with_capacity(READ_BUF_CAPACITY),
@@ -97,7 +97,7 @@ impl FramedConnection {
     }
 
     /// Reads the next frame. Cancel-safe.
-    pub async fn read_frame(&mut self) -> Result<Frame, ReplicationError> {
+    pub(crate) async fn read_frame(&mut self) -> Result<Frame, ReplicationError> {
         loop {
             if let Some(frame) = self.try_split_frame()? {
                 return Ok(frame);
@@ -206,7 +206,7 @@ impl FramedConnection {
 
     /// Sends and clears `write_buf`. Not cancel-safe: never call it inside a
     /// `select!` branch condition.
-    pub async fn flush(&mut self) -> Result<(), ReplicationError> {
+    pub(crate) async fn flush(&mut self) -> Result<(), ReplicationError> {
         let buf = self.write_buf.split();
         self.socket
             .write_all(&buf)
@@ -216,7 +216,7 @@ impl FramedConnection {
     }
 
     /// Sends Terminate and closes the socket; errors are irrelevant by then.
-    pub async fn close(mut self) {
+    pub(crate) async fn close(mut self) {
         postgres_protocol::message::frontend::terminate(&mut self.write_buf);
         let _ = self.flush().await;
         let _ = self.socket.shutdown().await;

@@ -5,20 +5,20 @@
 //! frames), `commands` (IDENTIFY_SYSTEM, START_REPLICATION), `stream`
 //! (receive, status updates), `protocol` (the pure CopyData sub-protocol).
 
-pub mod commands;
-pub mod conn_params;
+pub(crate) mod commands;
+pub(crate) mod conn_params;
 pub mod connect;
-pub mod error;
-pub mod framed;
+pub(crate) mod error;
+pub(crate) mod framed;
 pub(crate) mod message_skip;
-pub mod protocol;
+pub(crate) mod protocol;
 pub(crate) mod stream;
-pub mod tls;
+pub(crate) mod tls;
 
-pub use commands::{StartOptions, SystemIdentity};
+pub(crate) use commands::StartOptions;
 pub use conn_params::{ConnParams, SslMode};
 pub use connect::{connect, WalConnection};
 pub use error::{ReplicationError, ServerError};
 pub(crate) use message_skip::MessageSkip;
-pub use protocol::ServerMessage;
+pub(crate) use protocol::ServerMessage;
 pub(crate) use stream::ReplicationStream;

@@ -11,7 +11,7 @@ use crate::Lsn;
 const PG_EPOCH_UNIX_SECS: u64 = 946_684_800;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServerMessage {
+pub(crate) enum ServerMessage {
     /// One pgoutput message and the WAL range it came from. `wal_start` may be
     /// 0/0 (Relation messages) and is not monotonic.
     XLogData {
@@ -24,7 +24,7 @@ pub enum ServerMessage {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ServerMessageError {
+pub(crate) enum ServerMessageError {
     #[error("replication CopyData too short for {kind}: {len} bytes")]
     Truncated { kind: &'static str, len: usize },
     #[error("unknown replication CopyData tag {0:#04x}")]
@@ -34,7 +34,7 @@ pub enum ServerMessageError {
 }
 
 /// Parses one CopyData payload of the replication stream. Zero-copy for data.
-pub fn parse_server_message(mut frame: Bytes) -> Result<ServerMessage, ServerMessageError> {
+pub(crate) fn parse_server_message(mut frame: Bytes) -> Result<ServerMessage, ServerMessageError> {
     let len = frame.len();
     if frame.is_empty() {
         return Err(ServerMessageError::Empty);
@@ -78,7 +78,7 @@ pub fn parse_server_message(mut frame: Bytes) -> Result<ServerMessage, ServerMes
 /// Encodes a standby status update. PostgreSQL treats `flush` as the
 /// confirmed position of a logical slot; write and apply are informational,
 /// so all three carry the same value.
-pub fn encode_status_update(
+pub(crate) fn encode_status_update(
     position: Lsn,
     reply_requested: bool,
     now_pg_us: i64,
@@ -93,7 +93,7 @@ pub fn encode_status_update(
 }
 
 /// Now, in microseconds since 2000-01-01, the clock of the protocol.
-pub fn pg_now_us() -> i64 {
+pub(crate) fn pg_now_us() -> i64 {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();

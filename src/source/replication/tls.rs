@@ -37,7 +37,9 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// The rustls client config for `params`, or `None` for `sslmode=disable`.
-pub fn client_config(params: &ConnParams) -> Result<Option<Arc<ClientConfig>>, TlsConfigError> {
+pub(crate) fn client_config(
+    params: &ConnParams,
+) -> Result<Option<Arc<ClientConfig>>, TlsConfigError> {
     let builder =
         ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let verifier: Arc<dyn ServerCertVerifier> = match params.sslmode {
@@ -78,7 +80,7 @@ pub fn client_config(params: &ConnParams) -> Result<Option<Arc<ClientConfig>>, T
 ///
 /// `io::Error::source` skips the error it wraps, so each io::Error in the
 /// chain is opened with `get_ref` as well.
-pub fn certificate_problem(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+pub(crate) fn certificate_problem(err: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut next = Some(err);
     while let Some(e) = next {
         let inner = e
@@ -118,7 +120,7 @@ fn describe_certificate_error(e: &CertificateError) -> String {
 }
 
 /// The name rustls should check; an IP literal becomes an IP server name.
-pub fn server_name(host: &str) -> Result<ServerName<'static>, TlsConfigError> {
+pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, TlsConfigError> {
     ServerName::try_from(host.to_string())
         .map_err(|e| TlsConfigError::Verifier(format!("host {host:?}: {e}")))
 }
