@@ -15,9 +15,7 @@
 //!   transactions) is delivered again. A graceful stop drains it first.
 
 mod dead_letter;
-mod deliver;
 mod ledger;
-mod poison;
 mod session;
 mod standby;
 mod table_watch;
@@ -37,13 +35,12 @@ use crate::source::admin::{self, AdminError};
 use crate::source::replication::error::Disposition;
 use crate::source::session::{SourceError, SourceSettings};
 
-pub use deliver::EVENTS_TARGET;
+pub use session::EVENTS_TARGET;
 // The relay's dead-letter records, for `outboxd backfill`.
 pub(crate) use dead_letter::{
     from_record as dead_letter_refused, from_unmappable as dead_letter_unmappable,
 };
-use poison::PoisonMemory;
-use session::{ReconnectCause, Session, SessionEnd};
+use session::{PoisonMemory, ReconnectCause, Session, SessionEnd, DEAD_LETTER_REASONS};
 
 /// A session that ran this long without failing resets the backoff.
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
@@ -307,7 +304,7 @@ fn register_metrics(config: &Config, mappers: &TableMappers) {
         metrics::counter!(m::RECONNECTS, "cause" => cause.label()).increment(0);
     }
     for table in mappers.labels() {
-        for reason in poison::DEAD_LETTER_REASONS {
+        for reason in DEAD_LETTER_REASONS {
             metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => reason, "table" => table.to_owned())
                 .increment(0);
         }

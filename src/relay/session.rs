@@ -16,9 +16,9 @@
 //! `wal_sender_timeout`; the driver sees to that on its own, whatever this
 //! task waits for (a topic, a report, room in the producer's queue).
 //!
-//! This file holds the session's state and its loop; the handlers live
-//! beside it: [`deliver`](super::deliver) takes events to the producer and
-//! handles delivery reports, [`poison`](super::poison) applies
+//! This file holds the session's state and its loop; the handlers are its
+//! submodules, so the state stays private to them: [`deliver`] takes events
+//! to the producer and handles delivery reports, [`poison`] applies
 //! `relay.on_error` to events that cannot be delivered.
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,7 +30,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::ledger::{self, RelayLedger, Start};
-use super::poison::{EventIdentity, PoisonMemory};
+mod deliver;
+mod poison;
+
+pub use deliver::EVENTS_TARGET;
+pub(super) use poison::{PoisonMemory, DEAD_LETTER_REASONS};
+
 use super::table_watch::{TableWatch, WatchNews};
 use super::{RelayError, RelaySettings};
 use crate::metrics as m;
@@ -40,6 +45,7 @@ use crate::progress::{AckTracker, DeliveryId};
 use crate::sink::{KafkaSink, TopicManager};
 use crate::source::driver::{DriverOptions, SourceHandle, StatusUpdates, Streamed};
 use crate::source::session::{SourceError, SourceSession};
+use poison::EventIdentity;
 
 /// Items taken from the driver per wake-up at most, so that reports and
 /// shutdown are looked at in between.
@@ -116,20 +122,20 @@ impl ReconnectCause {
 /// A record with a slot in the ack tracker: handed to the producer and not
 /// yet reported on (the tracker keeps it meanwhile), or waiting in
 /// [`Session::resend`].
-pub(super) struct InFlight {
-    pub(super) id: DeliveryId,
-    pub(super) record: KafkaRecord,
-    pub(super) event: OutboxEvent,
-    pub(super) identity: EventIdentity,
-    pub(super) dead_lettered: bool,
+struct InFlight {
+    id: DeliveryId,
+    record: KafkaRecord,
+    event: OutboxEvent,
+    identity: EventIdentity,
+    dead_lettered: bool,
     /// Sent with nothing else in flight (a suspect on trial).
-    pub(super) isolated: bool,
+    isolated: bool,
     /// When the WAL carrying it arrived, for the receive-to-ack histogram.
-    pub(super) received_at: Instant,
+    received_at: Instant,
 }
 
 pub(crate) struct Session<'a> {
-    pub(super) settings: &'a RelaySettings,
+    settings: &'a RelaySettings,
     /// The replication stream's driver.
     source: SourceHandle,
     /// Its status updates, which wake the loop to offer the ledger what
@@ -138,29 +144,29 @@ pub(crate) struct Session<'a> {
     /// The driver said the open transaction is complete after a drain
     /// request: nothing more comes.
     drained: bool,
-    pub(super) mapper: &'a mut TableMappers,
-    pub(super) poison: &'a mut PoisonMemory,
-    pub(super) sink: KafkaSink,
-    pub(super) topics: TopicManager,
+    mapper: &'a mut TableMappers,
+    poison: &'a mut PoisonMemory,
+    sink: KafkaSink,
+    topics: TopicManager,
     /// The ack tracker, which also keeps each record the producer holds.
-    pub(super) tracker: AckTracker<InFlight>,
+    tracker: AckTracker<InFlight>,
     /// Records taken back from a producer that Kafka's refusal of one of them
     /// ended, by delivery id (WAL order): sent again, on a fresh producer,
-    /// before anything newer (see [`deliver`](super::deliver)).
-    pub(super) resend: BTreeMap<u64, InFlight>,
+    /// before anything newer (see [`deliver`]).
+    resend: BTreeMap<u64, InFlight>,
     /// Position of the next event within its transaction.
-    pub(super) ordinal: u32,
+    ordinal: u32,
     /// Set when a poison event stopped the relay (`on_error = "stop"`).
-    pub(super) halted: Option<String>,
+    halted: Option<String>,
     /// By (table label, topic).
-    pub(super) published: HashMap<(String, Arc<str>), (Counter, Counter)>,
+    published: HashMap<(String, Arc<str>), (Counter, Counter)>,
     /// When the message being processed arrived.
-    pub(super) received_at: Instant,
+    received_at: Instant,
     filtered: m::Filtered,
-    pub(super) wal_to_ack: Histogram,
+    wal_to_ack: Histogram,
     /// Handles of the per-event and per-loop metrics, looked up once: a
     /// registry lookup per event is measurable at 100k events/s.
-    pub(super) hot: HotMetrics,
+    hot: HotMetrics,
     /// Keeps confirmation behind the last look that found the outbox table
     /// intact; reports a change.
     table_watch: TableWatch,
@@ -169,16 +175,16 @@ pub(crate) struct Session<'a> {
     ledger_writer: Option<LedgerWriter>,
     /// Events whose commit lies below the ledger's position were relayed
     /// before this (re)start: skipped, not sent again.
-    pub(super) skip_through: Option<crate::Lsn>,
-    pub(super) skipped: Counter,
+    skip_through: Option<crate::Lsn>,
+    skipped: Counter,
 }
 
-pub(super) struct HotMetrics {
-    pub(super) events_seen: Counter,
-    pub(super) transactions: Counter,
+struct HotMetrics {
+    events_seen: Counter,
+    transactions: Counter,
     in_flight_events: Gauge,
     in_flight_bytes: Gauge,
-    pub(super) commit_to_ack: Histogram,
+    commit_to_ack: Histogram,
 }
 
 impl HotMetrics {
@@ -219,7 +225,7 @@ impl<'a> Session<'a> {
         });
         health.postgres_up();
         health.progress(0, start_lsn);
-        let sink = super::deliver::new_sink(settings)?;
+        let sink = deliver::new_sink(settings)?;
         let topics = TopicManager::new(&settings.brokers, &settings.config.kafka)?;
         // A halt belongs to its session; the next one re-reads the event and
         // decides again.
@@ -310,7 +316,7 @@ impl<'a> Session<'a> {
                 // Also while halted: a server shutting down waits for our
                 // confirmation, which a halted relay never sends.
                 news = s.table_watch.news() => match news {
-                    WatchNews::Changed(reason) => s.table_changed(reason),
+                    WatchNews::Changed(reason) => s.halt(reason),
                     WatchNews::Lost(e) => return Err(SourceError::from(e).into()),
                 },
                 report = s.sink.next_report() => {
@@ -387,6 +393,16 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// Stops reading (a table change, or poison under `on_error = "halt"`):
+    /// `outboxd_halted` = 1 and `/readyz` says why. For a table change the
+    /// ceiling already keeps the slot before the change.
+    fn halt(&mut self, reason: String) {
+        tracing::error!(%reason, "relay halted");
+        metrics::gauge!(m::HALTED).set(1.0);
+        self.settings.health.set_halted(Some(reason.clone()));
+        self.halted = Some(reason);
+    }
+
     /// Whether to take more from the driver: under the in-flight limits,
     /// not halted, nothing waiting to be sent again, not drained.
     fn may_read(&self) -> bool {
@@ -406,7 +422,7 @@ impl<'a> Session<'a> {
 
     /// A Commit handed to the tracker: the ledger entry at its end carries
     /// its commit time.
-    pub(super) fn note_commit(&mut self, commit: crate::progress::ledger::CommitPosition) {
+    fn note_commit(&mut self, commit: crate::progress::ledger::CommitPosition) {
         if let Some(writer) = &mut self.ledger_writer {
             writer.note_commit(commit);
         }

@@ -32,8 +32,6 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio_postgres::Client;
 
-use super::session::Session;
-use crate::metrics as m;
 use crate::source::admin::{self, quote_ident, AdminError, Observation, TableChange};
 use crate::source::session::{ConfirmCeiling, SourceSettings};
 use crate::Lsn;
@@ -334,15 +332,4 @@ fn reason(
          since {} (WAL position {}); they were not relayed",
         last.at, last.lsn
     )
-}
-
-impl Session<'_> {
-    /// Stops reading on a table change: `outboxd_halted` = 1 and `/readyz`
-    /// says why. The ceiling already keeps the slot before the change.
-    pub(super) fn table_changed(&mut self, reason: String) {
-        tracing::error!(%reason, "relay halted");
-        metrics::gauge!(m::HALTED).set(1.0);
-        self.settings.health.set_halted(Some(reason.clone()));
-        self.halted = Some(reason);
-    }
 }

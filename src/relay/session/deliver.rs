@@ -26,11 +26,11 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
 use super::poison::{Cause, EventIdentity, Refusal, Stage, Verdict};
-use super::session::{InFlight, Reconnect, Session, SessionEnd};
-use super::{RelayError, RelaySettings};
+use super::{InFlight, Reconnect, Session, SessionEnd};
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent};
 use crate::progress::ledger::CommitPosition;
+use crate::relay::{RelayError, RelaySettings};
 use crate::sink::{
     Delivered, DeliveryFailure, DeliveryReport, FailureKind, KafkaSink, QueueBound, SendError,
 };

@@ -9,16 +9,16 @@ use std::sync::Arc;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
-use super::session::{InFlight, Session, SessionEnd};
-use super::{dead_letter, RelayError};
+use super::{InFlight, Session, SessionEnd};
 use crate::config::OnError;
 use crate::metrics as m;
 use crate::outbox::{KafkaRecord, OutboxEvent};
 use crate::progress::DeliveryId;
+use crate::relay::{dead_letter, RelayError};
 use crate::Lsn;
 
 /// `reason` values of the dead-letter counter (see [`Cause::label`]).
-pub(super) const DEAD_LETTER_REASONS: [&str; 2] = ["mapping", "delivery"];
+pub(crate) const DEAD_LETTER_REASONS: [&str; 2] = ["mapping", "delivery"];
 
 /// An event's place in the WAL, stable across reconnects: its transaction's
 /// commit LSN and its position within the transaction.
@@ -207,13 +207,6 @@ impl<'a> Session<'a> {
             "the dead-letter topic refused an event too: {error}"
         ));
         self.hold_for_resend(entry);
-    }
-
-    fn halt(&mut self, reason: String) {
-        tracing::error!(%reason, "relay halted");
-        metrics::gauge!(m::HALTED).set(1.0);
-        self.settings.health.set_halted(Some(reason.clone()));
-        self.halted = Some(reason);
     }
 
     /// Where poison goes: the dead-letter topic, or `None` for a halt.
