@@ -204,10 +204,12 @@ async fn watch_loop(mut l: Looker) {
             _ = l.hurry.notified() => {}
         }
         let now = match l.look().await {
-            // A terminated backend says 57P01 like a server shutting down.
-            // Only a new connection tells them apart: a server shutting
-            // down refuses it (57P03), and that ends the watch below.
-            Err(e) if l.client.is_none() && terminated(&e) => {
+            // A terminated backend says 57P01 like a server shutting down,
+            // or the connection is simply found closed when the FATAL
+            // arrived first. Only a new connection tells them apart: a
+            // server shutting down refuses it (57P03), and that ends the
+            // watch below.
+            Err(e) if l.client.is_none() && (terminated(&e) || closed(&e)) => {
                 tracing::info!("table watch: its SQL connection closed; reconnecting");
                 l.look().await
             }
@@ -272,6 +274,11 @@ async fn watch_loop(mut l: Looker) {
 fn terminated(e: &AdminError) -> bool {
     matches!(e, AdminError::Sql { source, .. }
         if source.as_db_error().is_some_and(|db| db.code().code() == "57P01"))
+}
+
+/// The watch's connection was found closed while it asked something.
+fn closed(e: &AdminError) -> bool {
+    matches!(e, AdminError::Sql { source, .. } if source.is_closed())
 }
 
 impl Looker {
