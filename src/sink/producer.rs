@@ -14,6 +14,7 @@ use super::delivery::{self, classify, DeliveryContext, DeliveryReport, FailureKi
 use super::error::{creation_error, SendError, SinkError};
 use super::send_now::SendNow;
 use crate::config::KafkaConfig;
+use crate::outbox::KafkaRecord;
 
 /// How often [`KafkaSink::flush`] looks at the queue: short next to the
 /// 5 ms linger, long enough not to spin.
@@ -154,6 +155,18 @@ impl KafkaSink {
             Ok(()) => Ok(()),
             Err((e, _record)) => Err(self.send_error(e.rdkafka_error_code())),
         }
+    }
+
+    /// [`send`](Self::send) for a mapped record.
+    pub(crate) fn send_record(&self, id: u64, record: &KafkaRecord) -> Result<(), SendError> {
+        self.send(
+            id,
+            &record.topic,
+            record.key.as_deref(),
+            record.value.as_deref(),
+            &record.headers,
+            record.timestamp_ms,
+        )
     }
 
     /// Nothing more is coming for now: what is queued goes out without

@@ -132,14 +132,7 @@ impl Sender {
                 return Ok(());
             }
             let id = self.next_id;
-            match self.sink.send(
-                id,
-                &record.topic,
-                record.key.as_deref(),
-                record.value.as_deref(),
-                &record.headers,
-                record.timestamp_ms,
-            ) {
+            match self.sink.send_record(id, &record) {
                 Ok(()) => {
                     self.next_id += 1;
                     self.in_flight.insert(id, sent);

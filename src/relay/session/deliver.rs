@@ -316,15 +316,7 @@ impl Session<'_> {
                 self.resend.insert(entry.id.get(), entry);
                 return Ok(None);
             }
-            let r = &entry.record;
-            match self.sink.send(
-                entry.id.get(),
-                &r.topic,
-                r.key.as_deref(),
-                r.value.as_deref(),
-                &r.headers,
-                r.timestamp_ms,
-            ) {
+            match self.sink.send_record(entry.id.get(), &entry.record) {
                 Ok(()) => {
                     tracing::trace!(
                         target: EVENTS_TARGET,
