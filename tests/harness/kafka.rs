@@ -311,6 +311,35 @@ impl KafkaBroker {
         }
     }
 
+    /// Deletes a topic, as an operator would (`kafka-topics.sh --delete`),
+    /// and waits until the broker's metadata no longer has it.
+    pub fn delete_topic(&self, name: &str) {
+        let admin = self.admin();
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        for r in block_on(admin.delete_topics(&[name], &opts))
+            .unwrap_or_else(|e| panic!("delete_topics({name}) failed: {e}"))
+        {
+            r.unwrap_or_else(|(t, code)| panic!("delete topic {t}: {code:?}"));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while admin
+            .inner()
+            .fetch_metadata(Some(name), Duration::from_secs(5))
+            .ok()
+            .is_some_and(|md| {
+                md.topics()
+                    .iter()
+                    .any(|t| t.name() == name && t.error().is_none())
+            })
+        {
+            assert!(
+                Instant::now() < deadline,
+                "topic {name} still there after 30s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Partition ids of `topic` (panics if it does not exist).
     pub fn partitions(&self, topic: &str) -> Vec<i32> {
         let admin = self.admin();

@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use super::faults::{commit_end_by_id, join, spawn_writers};
 use super::support::{
-    confirmed_lsn, env, ledger_entries, lsn_now, now_ms, payload_texts, use_ledger_topic, verify,
-    wait_for, Relay,
+    aggregates, confirmed_lsn, env, ledger_entries, lsn_now, now_ms, payload_texts,
+    use_ledger_topic, verify, wait_for, write, Relay,
 };
 use crate::harness::kafka::KafkaBroker;
 
@@ -217,5 +217,101 @@ async fn an_idle_relays_ledger_follows_the_slot_within_an_interval() {
             "idle: the ledger reached the slot's position {target} {behind:?} after the slot"
         );
     });
+    drop(relay);
+}
+
+/// An operator deletes the ledger topic under a running relay. The ledger is
+/// the only way a later start can tell a dropped slot from a first start, so
+/// losing it must not pass in silence: the relay goes on delivering every
+/// event (the slot, not the ledger, holds its position), says at WARN that
+/// it cannot write the ledger, and the next start makes the topic again and
+/// writes the slot's position into it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_topic_deleted_under_a_running_relay_is_loud_loses_nothing_and_comes_back() {
+    let broker = crate::harness::kafka::shared();
+    let slot = "ledgerdeleted";
+    let ledger_topic = format!("{slot}-ledger");
+    let e = env(
+        broker.bootstrap(),
+        slot,
+        "[kafka.properties]\n\"message.timeout.ms\" = \"5000\"\n",
+    );
+    use_ledger_topic(&e, &ledger_topic);
+    let mut relay = Relay::start(&e);
+    let pg = &e.pg;
+    let aggs = aggregates(8);
+    let mut client = pg.client("app").await;
+    let mut sent = write(&mut client, slot, &aggs, 200, &[1, 10], 0).await;
+    let first = lsn_now(pg);
+    let last_entry = || {
+        ledger_entries(broker, &ledger_topic)
+            .last()
+            .map(|(_, l)| l.confirmed_lsn)
+    };
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the first events in the ledger",
+            Duration::from_secs(60),
+            || last_entry().is_some_and(|l| l >= first),
+        );
+        broker.delete_topic(&ledger_topic);
+    });
+    sent.extend(write(&mut client, slot, &aggs, 200, &[1, 10], 0).await);
+    let second = lsn_now(pg);
+    let log = tokio::task::block_in_place(|| {
+        wait_for(
+            "confirmation past the second writes",
+            Duration::from_secs(60),
+            || confirmed_lsn(pg, slot) >= second,
+        );
+        wait_for("a WARN about the ledger", Duration::from_secs(120), || {
+            relay.log().contains("cannot write the position ledger")
+        });
+        relay.log()
+    });
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("cannot write the position ledger")),
+        "{log}"
+    );
+    let texts = payload_texts(pg);
+    let delivered = tokio::task::block_in_place(|| {
+        let v = verify(
+            broker,
+            &sent,
+            &texts,
+            Duration::from_secs(60),
+            false,
+            e.dir.path(),
+        );
+        relay.signal("-TERM");
+        assert!(
+            relay.wait(Duration::from_secs(30)).is_some(),
+            "{}",
+            relay.log()
+        );
+        v.delivered
+    });
+    assert_eq!(delivered, sent.len());
+    // kafka.create_topics (the default) makes the topic again at the start,
+    // and the first entry brings the ledger to the slot.
+    let slot_at = confirmed_lsn(pg, slot);
+    let relay = Relay::start(&e);
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the ledger topic made again",
+            Duration::from_secs(60),
+            || relay.log().contains("created the ledger topic"),
+        );
+        wait_for(
+            "the ledger back at the slot",
+            Duration::from_secs(60),
+            || last_entry().is_some_and(|l| l >= slot_at),
+        );
+    });
+    eprintln!(
+        "ledger deleted: {delivered} of {} events delivered, the ledger back at {slot_at} after the restart",
+        sent.len()
+    );
     drop(relay);
 }
