@@ -40,7 +40,7 @@ use crate::harness::pg::{pg_install, Auth, PgCluster, PgOptions, SUPERUSER, SUPE
 use crate::relay::support::{wait_for, Env, Relay};
 
 /// The alerts `docker/prometheus/alerts.yml` must define.
-const ALERTS: [&str; 9] = [
+const ALERTS: [&str; 10] = [
     "OutboxdDown",
     "OutboxdStalled",
     "OutboxdSlotLagHigh",
@@ -50,6 +50,7 @@ const ALERTS: [&str; 9] = [
     "OutboxdDeliveryFailures",
     "OutboxdDeadLetters",
     "OutboxdHalted",
+    "OutboxdLedgerStalled",
 ];
 
 /// Counters that may have no series until something goes wrong (outboxd
