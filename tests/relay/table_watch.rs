@@ -214,6 +214,12 @@ async fn losing_the_watch_connection_is_no_table_change() {
         log.contains("table watch: its SQL connection closed; reconnecting"),
         "{log}"
     );
+    // However the client saw the cut (the FATAL, or the connection found
+    // closed first), it is no outage of the watch.
+    assert!(
+        !log.contains("table watch: cannot look at the outbox table"),
+        "{log}"
+    );
     let texts = payload_texts(pg);
     let logs = e.dir.path().to_path_buf();
     tokio::task::block_in_place(|| {
