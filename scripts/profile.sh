@@ -63,6 +63,9 @@ url = "$PG_URL_BASE/prof?sslmode=disable"
 [kafka]
 brokers = "$KAFKA_BROKERS"
 [kafka.properties]
+# Statistics every second (default 5 s), so that a drain's last produce
+# requests are counted before it is stopped.
+"statistics.interval.ms" = "1000"
 ${OUTBOXD_TOML:-}
 CONF
 tck=$(getconf CLK_TCK)
@@ -74,7 +77,8 @@ drain() { # atype count report
   local per_client=$(((count + txn * clients - 1) / (txn * clients)))
   count=$((per_client * clients * txn))
   sed "s/@ATYPE@/$atype/" "$out/write.sql.in" >"$out/$atype.sql"
-  pgbench -n -D txn="$txn" -f "$out/$atype.sql" -c "$clients" -j "$clients" -t "$per_client" \
+  # A backlog: commits need not wait for the disk one by one (as in bench.sh).
+  PGOPTIONS="-c synchronous_commit=off" pgbench -n -D txn="$txn" -f "$out/$atype.sql" -c "$clients" -j "$clients" -t "$per_client" \
     "$PG_URL_BASE/prof" >"$out/$atype.pgbench.log" 2>&1 || { tail -n 5 "$out/$atype.pgbench.log" >&2; exit 1; }
   servers_psql prof -c CHECKPOINT
   rm -f "$out/ready"
@@ -120,9 +124,20 @@ drain() { # atype count report
   grep -E "^(VmHWM|VmRSS|RssAnon|RssFile)" "/proc/$relay/status" | tr -s " \t" " " | paste -sd" " >&2
   threads=$(for t in /proc/"$relay"/task/*; do echo "$(cat "$t/comm")=$(ticks "${t#/proc/}")"; done)
   [[ -z $perf_pid ]] || { kill -INT "$perf_pid"; wait "$perf_pid" || true; }
+  local requests=0
+  if [[ -n $report ]]; then
+    # How full the produce requests were: one statistics interval later,
+    # every request of the drain is counted.
+    sleep 1.2
+    requests=$(curl -s "http://127.0.0.1:$metrics_port/metrics" |
+      awk '/^outboxd_kafka_produce_requests_total/ { n += $2 } END { print n + 0 }')
+  fi
   kill "$relay"
   wait "$relay" || true
   [[ -n $report ]] || return 0
+  if ((requests > 0)); then
+    echo "produce requests: $requests, $(python3 -c "print(f'{$count / $requests:.1f}')") events per request"
+  fi
   python3 - "$count" "$((ended - started))" "$tck" "$relay_ticks" "$((wal_last - wal0))" \
     "$broker_ticks" "$((cons_last - cons0))" "$threads" <<'PY'
 import sys

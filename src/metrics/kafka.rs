@@ -29,6 +29,24 @@ fn record(stats: &Statistics, health: &Health) {
             metrics::gauge!(KAFKA_BROKER_RTT_SECONDS, "broker" => broker.name.clone())
                 .set(rtt.avg as f64 / 1e6);
         }
+        let windows = [
+            (KAFKA_QUEUE_LATENCY_SECONDS, &broker.int_latency),
+            (KAFKA_REQUEST_QUEUE_LATENCY_SECONDS, &broker.outbuf_latency),
+            (KAFKA_REQUEST_RTT_SECONDS, &broker.rtt),
+        ];
+        for (name, window) in windows {
+            let Some(window) = window.as_ref().filter(|w| w.cnt > 0) else {
+                continue;
+            };
+            for (quantile, us) in [("0.5", window.p50), ("0.99", window.p99)] {
+                metrics::gauge!(name, "broker" => broker.name.clone(), "quantile" => quantile)
+                    .set(us as f64 / 1e6);
+            }
+        }
+        if let Some(&produce) = broker.req.get("Produce") {
+            metrics::counter!(KAFKA_PRODUCE_REQUESTS, "broker" => broker.name.clone())
+                .absolute(produce.max(0) as u64);
+        }
     }
     if any_up {
         health.kafka_broker_up();

@@ -89,6 +89,18 @@ pub(crate) const SLOT_SAFE_WAL_SIZE_BYTES: &str = "outboxd_slot_safe_wal_size_by
 pub(crate) const SLOT_ACTIVE: &str = "outboxd_slot_active";
 /// Average request round trip per broker, from librdkafka statistics (gauge).
 pub(crate) const KAFKA_BROKER_RTT_SECONDS: &str = "outboxd_kafka_broker_rtt_seconds";
+/// A record's wait in the producer's queue before it goes into a request
+/// (librdkafka's `int_latency`), p50 and p99 per broker (gauge).
+pub(crate) const KAFKA_QUEUE_LATENCY_SECONDS: &str = "outboxd_kafka_queue_latency_seconds";
+/// A request's wait in the broker connection's output buffer before it is
+/// written to the socket (`outbuf_latency`), p50 and p99 per broker (gauge).
+pub(crate) const KAFKA_REQUEST_QUEUE_LATENCY_SECONDS: &str =
+    "outboxd_kafka_request_queue_latency_seconds";
+/// Request round trip (`rtt`), p50 and p99 per broker (gauge).
+pub(crate) const KAFKA_REQUEST_RTT_SECONDS: &str = "outboxd_kafka_request_rtt_seconds";
+/// Produce requests sent, per broker (counter): with the published events,
+/// how full the requests are.
+pub(crate) const KAFKA_PRODUCE_REQUESTS: &str = "outboxd_kafka_produce_requests_total";
 /// Records in the producer's queues, not yet acknowledged (gauge).
 pub(crate) const KAFKA_OUTBOUND_QUEUE_MESSAGES: &str = "outboxd_kafka_outbound_queue_messages";
 /// Their bytes (gauge).
@@ -257,6 +269,25 @@ fn describe() {
         KAFKA_BROKER_RTT_SECONDS,
         Unit::Seconds,
         "Average request round trip per broker (librdkafka statistics)"
+    );
+    describe_gauge!(
+        KAFKA_QUEUE_LATENCY_SECONDS,
+        Unit::Seconds,
+        "Wait of a record in the producer's queue before it goes into a request, by quantile (librdkafka int_latency)"
+    );
+    describe_gauge!(
+        KAFKA_REQUEST_QUEUE_LATENCY_SECONDS,
+        Unit::Seconds,
+        "Wait of a request before it is written to the broker's socket, by quantile (librdkafka outbuf_latency)"
+    );
+    describe_gauge!(
+        KAFKA_REQUEST_RTT_SECONDS,
+        Unit::Seconds,
+        "Request round trip per broker, by quantile (librdkafka rtt)"
+    );
+    describe_counter!(
+        KAFKA_PRODUCE_REQUESTS,
+        "Produce requests sent per broker (librdkafka statistics)"
     );
     describe_gauge!(
         KAFKA_OUTBOUND_QUEUE_MESSAGES,
