@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # outboxd beside its baselines, same PostgreSQL, same Kafka, same workload, one run.
 #
-#   scripts/bench.sh [EVENTS]        EVENTS per drain, default 200000 (as in issue 10)
+#   scripts/bench.sh [--baseline REV] [EVENTS]   EVENTS per drain, default 200000
+#
+# With --baseline REV (or BENCH_BASELINE) the run also drains one backlog per
+# transaction shape with REV's outboxd (A) and this tree's (B) in alternating
+# rounds, pg_recvlogical (C) after each pair, every drain on its own slot
+# created before the backlog (scripts/lib/ab.sh), and prints the A/B table. The
+# default REV is the last release tag (v*), else DEFAULT_BASELINE below, the
+# release named in docs/benchmarks.md. BENCH_BASELINE=none skips the A/B.
 #
 # Builds release binaries, fetches Debezium (scripts/debezium.sh, cached), starts a
 # private PostgreSQL 15 and a single Kafka broker on loopback, and runs each system in
@@ -31,6 +38,7 @@
 #
 # Environment:
 #   BENCH_SYSTEMS="outboxd polling debezium recvlogical"   systems to run, in this order
+#                               ("" with --baseline: only the A/B)
 #   BENCH_BULK_TXN=100          rows per transaction in the bulk drain
 #   BENCH_RATES="1000 10000"    steady rates, events/s
 #   BENCH_STEADY_S=10           seconds per steady rate
@@ -44,12 +52,39 @@
 #   BENCH_DIR=target/bench      work dir (wiped at start)
 #   BENCH_PLOT_DIR=docs/benchmarks     where the PNGs go
 #   BENCH_SKIP_BUILD=1          use the binaries already in target/release
+#   BENCH_AB_ROUNDS="5 3"       A/B rounds for the 1-row and the bulk backlog
+#   BENCH_BASELINE_BIN=PATH     an outboxd binary to use as the baseline (A)
+#                               instead of building REV
+#   BENCH_AB_MAX_LOSS=0.05      HEAD slower than the baseline by more than this
+#                               (median drain rate of a shape) fails the run
+#   BENCH_FLOOR_RATE=1000       rate of the latency phase (scripts/lib/floor.sh):
+#                               outboxd beside its floor, the producer alone ("" skips it)
+#   BENCH_FLOOR_SHAPES="1 10"   rows per transaction in the latency phase
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
+# The release the A/B compares with when no v* tag exists (docs/benchmarks.md).
+DEFAULT_BASELINE=b71d460
+baseline=${BENCH_BASELINE:-}
+if [[ ${1:-} == --baseline ]]; then
+  [[ $# -ge 2 ]] || { echo "--baseline needs a git revision" >&2; exit 2; }
+  baseline=$2
+  shift 2
+elif [[ ${1:-} == --baseline=* ]]; then
+  baseline=${1#--baseline=}
+  shift
+fi
+if [[ -z $baseline ]]; then
+  baseline=$(git describe --tags --abbrev=0 --match 'v*' 2>/dev/null || echo "$DEFAULT_BASELINE")
+fi
+[[ $baseline != none ]] || baseline=
+read -r ab_rounds_1 ab_rounds_bulk <<<"${BENCH_AB_ROUNDS:-5 3}"
+ab_max_loss=${BENCH_AB_MAX_LOSS:-0.05}
+floor_rate=${BENCH_FLOOR_RATE-1000}
+
 events=${1:-${BENCH_EVENTS:-200000}}
-systems=${BENCH_SYSTEMS:-outboxd polling debezium recvlogical}
+systems=${BENCH_SYSTEMS-outboxd polling debezium recvlogical}
 bulk=${BENCH_BULK_TXN:-100}
 rates=${BENCH_RATES:-1000 10000}
 steady_s=${BENCH_STEADY_S:-10}
@@ -83,8 +118,12 @@ fi
 scripts/setup.sh
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
   log "building release binaries"
-  cargo build --release --bin outboxd --example polling_relay --example bench_consume
+  cargo build --release --bin outboxd --example polling_relay --example bench_consume --example bench_produce
 fi
+# shellcheck source=scripts/lib/ab.sh
+source "$root/scripts/lib/ab.sh"
+# shellcheck source=scripts/lib/floor.sh
+source "$root/scripts/lib/floor.sh"
 bin=${CARGO_TARGET_DIR:-$root/target}/release
 dbz_libs=
 if [[ " $systems " == *" debezium "* ]]; then dbz_libs=$(scripts/debezium.sh fetch); fi
@@ -156,8 +195,16 @@ write_events() { # system db atype txn count rate
     fi
   } >"$script"
   local -a throttle=()
-  if ((rate > 0)); then throttle=(-R "$(((rate + txn - 1) / txn))"); fi
-  pgbench -n -f "$script" -c "$clients" -j "$clients" -t "$per_client" "${throttle[@]}" \
+  local commit=
+  if ((rate > 0)); then
+    throttle=(-R "$(((rate + txn - 1) / txn))")
+  else
+    # A backlog: its commits need not wait for the disk one by one (the WAL
+    # is flushed before anyone reads it); 1-row transactions would otherwise
+    # be written at the disk's fsync rate. Latency phases commit as usual.
+    commit="-c synchronous_commit=off"
+  fi
+  PGOPTIONS=$commit pgbench -n -f "$script" -c "$clients" -j "$clients" -t "$per_client" "${throttle[@]}" \
     "$PG_URL_BASE/$db" >"$logf" 2>&1 || { cat "$logf" >&2; exit 1; }
   REPLY=$((per_client * clients * txn))
   local done_txn
@@ -166,11 +213,11 @@ write_events() { # system db atype txn count rate
   put "$system.$atype.writer_tps" "$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$logf" | head -n1)"
 }
 
-start_consumer() { # system atype count
+start_consumer() { # system atype count [topic]
   local ready=$out/$1/$2.ready
   rm -f "$ready"
   "$bin/examples/bench_consume" --create-partitions "$partitions" --ready-file "$ready" --idle-timeout-s 60 \
-    --ts-field t "$KAFKA_BROKERS" "$3" "outbox.event.$2" >"$out/$1/$2.json" 2>"$out/$1/$2.consume.log" &
+    --ts-field t "$KAFKA_BROKERS" "$3" "${4:-outbox.event.$2}" >"$out/$1/$2.json" 2>"$out/$1/$2.consume.log" &
   consumer_pid=$!
   local _
   for _ in $(seq 1 300); do
@@ -390,16 +437,32 @@ warmup() {
 }
 
 size_payload
+[[ -z $baseline ]] || ab_build_baseline "$baseline"
 warmup
 failures=()
 log "workload: $events events per drain (1-row and $bulk-row transactions), steady $rates events/s for ${steady_s}s in $steady_txn-row transactions, $clients writers, $payload_bytes-byte payloads, $partitions partitions"
 for s in $systems; do run "$s"; done
+if [[ -n $baseline ]]; then
+  ab_phase 1 "$ab_rounds_1"
+  ab_phase "$bulk" "$ab_rounds_bulk"
+fi
+if [[ -n $floor_rate ]]; then floor_phase "$floor_rate"; fi
 
-mkdir -p "$plot_dir"
-python3 "$root/scripts/lib/bench_report.py" "$out" "$plot_dir" "$tck" "$events" "$bulk" "$rates" "$steady_s" \
-  "$steady_txn" "$clients" "$poll_batch" "$poll_ms" "$dbz_poll_ms" "$dbz_flush_ms" "$systems" | tee "$out/results.md"
-gnuplot "$out/plots.gp"
-log "plots: $plot_dir/drain.png $plot_dir/latency.png"
+if [[ -n $systems ]]; then
+  mkdir -p "$plot_dir"
+  python3 "$root/scripts/lib/bench_report.py" "$out" "$plot_dir" "$tck" "$events" "$bulk" "$rates" "$steady_s" \
+    "$steady_txn" "$clients" "$poll_batch" "$poll_ms" "$dbz_poll_ms" "$dbz_flush_ms" "$systems" | tee "$out/results.md"
+  gnuplot "$out/plots.gp"
+  log "plots: $plot_dir/drain.png $plot_dir/latency.png"
+fi
+if [[ -n $baseline ]]; then
+  ab_status=0
+  python3 "$root/scripts/lib/ab_report.py" table "$out" "$tck" "$ab_max_loss" | tee "$out/ab.md" || ab_status=$?
+  ((ab_status == 0)) || failures+=("A/B: HEAD lost more than $ab_max_loss of the baseline's drain rate, or a drain was incomplete (see $out/ab.md)")
+fi
+if [[ -n $floor_rate ]]; then
+  python3 "$root/scripts/lib/latency_report.py" "$out" | tee "$out/latency.md"
+fi
 log "results and logs in $out"
 if ((${#failures[@]})); then
   printf 'FAILED: %s\n' "${failures[@]}" >&2
