@@ -64,7 +64,8 @@ pub(crate) use config::{admin_client_config, producer_config, QueueBound};
 pub use delivery::{
     classify, Delivered, DeliveryContext, DeliveryFailure, DeliveryReport, FailureKind, StatsHook,
 };
-pub(crate) use error::{SendError, SinkError};
+pub use error::SendError;
+pub(crate) use error::SinkError;
 pub use ledger_topic::{
     inspect_ledger_topic, ledger_record, new_ledger_topic, LedgerTopic, LedgerTopicError,
     LedgerTopicState, LEDGER_TOPIC_PARTITIONS,
