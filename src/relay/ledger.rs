@@ -82,11 +82,24 @@ impl RelayLedger {
     /// Ensures the topic (created compacted when `kafka.create_topics`,
     /// else verified) and reads the entries for this database and slot.
     pub(super) async fn open(settings: &RelaySettings) -> Result<RelayLedger, RelayError> {
+        let started = std::time::Instant::now();
         let topic = LedgerTopic::new(&settings.brokers, &settings.config.kafka)?;
-        topic.ensure().await?;
         let database = settings.source.conn.dbname.clone();
         let slot = settings.source.slot.clone();
-        let entries = topic.entries_for(&database, &slot).await?;
+        // Checked and read at once: both take a broker round trip or more,
+        // and every start waits for them. A read that found no topic is
+        // done again once `ensure` has made it.
+        let (ensured, read) = tokio::join!(topic.ensure(), topic.entries_for(&database, &slot));
+        ensured?;
+        let entries = match read {
+            Ok(entries) => entries,
+            Err(_) => topic.entries_for(&database, &slot).await?,
+        };
+        tracing::debug!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            entries = entries.len(),
+            "read the position ledger"
+        );
         if let Some(e) = entries.iter().max_by_key(|e| e.written_at_us) {
             m::gauge_lsn(m::LEDGER_LSN, e.confirmed_lsn);
         }

@@ -257,7 +257,7 @@ impl LedgerTopic {
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "false")
             .set("isolation.level", "read_committed")
-            .set("fetch.wait.max.ms", "100");
+            .set("fetch.wait.max.ms", "10");
         Ok(LedgerTopic {
             topic: kafka.ledger_topic.clone(),
             create: kafka.create_topics,
@@ -423,13 +423,25 @@ impl LedgerTopic {
     /// stop this one.
     pub async fn read_all(&self) -> Result<BTreeMap<String, Vec<u8>>, LedgerTopicError> {
         let (config, topic) = (self.consumer.clone(), self.topic.clone());
-        tokio::task::spawn_blocking(move || read_to_end(&config, &topic))
-            .await
-            .unwrap_or_else(|e| Err(e.to_string()))
-            .map_err(|reason| LedgerTopicError::Read {
-                topic: self.topic.clone(),
-                reason,
-            })
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
+            let values = read_to_end(&consumer, &topic);
+            // Closing a consumer waits for its threads, about 100 ms here:
+            // not on the relay's way to its first event.
+            let closing = std::thread::Builder::new()
+                .name("outboxd-ledger-close".into())
+                .spawn(move || drop(consumer));
+            if let Err(e) = closing {
+                tracing::debug!(error = %e, "closing the ledger reader on this thread");
+            }
+            values
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()))
+        .map_err(|reason| LedgerTopicError::Read {
+            topic: self.topic.clone(),
+            reason,
+        })
     }
 
     /// The entry of `identity`, if the ledger has one.
@@ -482,12 +494,8 @@ impl LedgerTopic {
 
 /// Reads `topic` from the beginning of each partition to its high
 /// watermark (as it was when the read began); the last value per key wins.
-fn read_to_end(
-    config: &rdkafka::ClientConfig,
-    topic: &str,
-) -> Result<BTreeMap<String, Vec<u8>>, String> {
+fn read_to_end(consumer: &BaseConsumer, topic: &str) -> Result<BTreeMap<String, Vec<u8>>, String> {
     let deadline = Instant::now() + READ_TIMEOUT;
-    let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
     let md = consumer
         .fetch_metadata(Some(topic), METADATA_TIMEOUT)
         .map_err(|e| e.to_string())?;
