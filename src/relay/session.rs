@@ -158,8 +158,8 @@ pub(crate) struct Session<'a> {
     ordinal: u32,
     /// Set when a poison event stopped the relay (`on_error = "stop"`).
     halted: Option<String>,
-    /// By (table label, topic).
-    published: HashMap<(String, Arc<str>), (Counter, Counter)>,
+    /// The published events and bytes counters by table label, then topic.
+    published: Vec<(String, TopicCounters)>,
     /// When the message being processed arrived.
     received_at: Instant,
     filtered: m::Filtered,
@@ -178,6 +178,9 @@ pub(crate) struct Session<'a> {
     skip_through: Option<crate::Lsn>,
     skipped: Counter,
 }
+
+/// A table's published events and bytes counters, by topic.
+type TopicCounters = HashMap<Arc<str>, (Counter, Counter)>;
 
 struct HotMetrics {
     events_seen: Counter,
@@ -244,7 +247,7 @@ impl<'a> Session<'a> {
             resend: BTreeMap::new(),
             ordinal: 0,
             halted: None,
-            published: HashMap::new(),
+            published: Vec::new(),
             received_at: Instant::now(),
             filtered: m::Filtered::new(),
             wal_to_ack: metrics::histogram!(m::WAL_RECEIVE_TO_ACK_SECONDS),

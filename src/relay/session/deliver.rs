@@ -19,6 +19,7 @@
 //! back is a suffix of each partition, sent again in order. Duplicates are
 //! bounded by the records in flight.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -541,22 +542,26 @@ impl Session<'_> {
             "acked"
         );
         let _ = self.tracker.ack(entry.id);
-        // Per-table and topic handles, created on their first ack only.
-        let key = (
-            self.mapper.label(&entry.event).to_owned(),
-            Arc::clone(&entry.record.topic),
-        );
-        if !self.published.contains_key(&key) {
-            let (table, t) = (key.0.clone(), entry.record.topic.to_string());
-            self.published.insert(
-                key.clone(),
+        // Per-table and topic handles, created on their first ack only;
+        // found without allocating (a few tables, each with its topics).
+        let label = self.mapper.label(&entry.event);
+        let table = match self.published.iter().position(|(l, _)| l == label) {
+            Some(i) => i,
+            None => {
+                self.published.push((label.to_owned(), HashMap::new()));
+                self.published.len() - 1
+            }
+        };
+        let (table, topics) = &mut self.published[table];
+        let (events, bytes) = topics
+            .entry(Arc::clone(&entry.record.topic))
+            .or_insert_with_key(|topic| {
+                let (table, topic) = (table.clone(), topic.to_string());
                 (
-                    metrics::counter!(m::EVENTS_PUBLISHED, "topic" => t.clone(), "table" => table.clone()),
-                    metrics::counter!(m::BYTES_PUBLISHED, "topic" => t, "table" => table),
-                ),
-            );
-        }
-        let (events, bytes) = &self.published[&key];
+                    metrics::counter!(m::EVENTS_PUBLISHED, "topic" => topic.clone(), "table" => table.clone()),
+                    metrics::counter!(m::BYTES_PUBLISHED, "topic" => topic, "table" => table),
+                )
+            });
         events.increment(1);
         bytes.increment(entry.record.size as u64);
         let now_us = std::time::SystemTime::now()
