@@ -443,8 +443,8 @@ failures=()
 log "workload: $events events per drain (1-row and $bulk-row transactions), steady $rates events/s for ${steady_s}s in $steady_txn-row transactions, $clients writers, $payload_bytes-byte payloads, $partitions partitions"
 for s in $systems; do run "$s"; done
 if [[ -n $baseline ]]; then
-  ab_phase 1 "$ab_rounds_1"
-  ab_phase "$bulk" "$ab_rounds_bulk"
+  if ((ab_rounds_1 > 0)); then ab_phase 1 "$ab_rounds_1"; fi
+  if ((ab_rounds_bulk > 0)); then ab_phase "$bulk" "$ab_rounds_bulk"; fi
 fi
 if [[ -n $floor_rate ]]; then floor_phase "$floor_rate"; fi
 
