@@ -32,6 +32,9 @@ use tokio::time::Instant;
 use super::ledger::{self, RelayLedger, Start};
 mod deliver;
 mod poison;
+// The session moves onto it in the next change.
+#[allow(dead_code)]
+mod window;
 
 pub use deliver::EVENTS_TARGET;
 pub(super) use poison::{PoisonMemory, DEAD_LETTER_REASONS};
