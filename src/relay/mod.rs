@@ -40,7 +40,7 @@ pub use session::EVENTS_TARGET;
 pub(crate) use dead_letter::{
     from_record as dead_letter_refused, from_unmappable as dead_letter_unmappable,
 };
-use session::{PoisonMemory, ReconnectCause, Session, SessionEnd, DEAD_LETTER_REASONS};
+use session::{PoisonMemory, ReconnectCause, SessionEnd, DEAD_LETTER_REASONS};
 
 /// A session that ran this long without failing resets the backoff.
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
@@ -189,7 +189,7 @@ pub async fn run(
                     ledger.insert(ledger::RelayLedger::open(&settings).await?)
                 }
             };
-            Session::run(&settings, &mut mapper, &mut poison, ledger, stop_rx.clone()).await
+            session::run(&settings, &mut mapper, &mut poison, ledger, stop_rx.clone()).await
         }
         .await;
         // Once this process has streamed the slot, it never creates one: a
