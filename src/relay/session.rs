@@ -19,11 +19,11 @@
 //!
 //! This file holds the session's I/O and its loop. Its submodules:
 //! [`window`] owns what is in flight (pure: the ack tracker, the records
-//! waiting to be sent again, the poison verdicts, the halt); [`delivery`] is
-//! the seam to Kafka, one implementation per delivery mode; [`send`] takes
-//! events to the producer and reports back to the window; [`poison`]
-//! applies `relay.on_error`; [`telemetry`] writes metrics, health and log
-//! lines.
+//! waiting to be sent again, the poison [`verdicts`], the halt);
+//! [`delivery`] is the seam to Kafka, one implementation per delivery mode;
+//! [`send`] takes events to the producer and reports back to the window;
+//! [`poison`] applies `relay.on_error`; [`telemetry`] writes metrics, health
+//! and log lines.
 
 use std::time::Duration;
 
@@ -35,10 +35,12 @@ mod delivery;
 mod poison;
 mod send;
 mod telemetry;
+mod verdicts;
 mod window;
 
-pub(super) use poison::{PoisonMemory, DEAD_LETTER_REASONS};
+pub(super) use poison::DEAD_LETTER_REASONS;
 pub use telemetry::EVENTS_TARGET;
+pub(super) use verdicts::PoisonMemory;
 
 use super::table_watch::{TableWatch, WatchNews};
 use super::{RelayError, RelaySettings};

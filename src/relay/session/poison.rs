@@ -1,85 +1,22 @@
 //! Events that cannot be delivered as they are, and the `relay.on_error`
-//! policy for them: which events are poison ([`PoisonMemory`], kept across
-//! reconnects) and what becomes of one ([`Session::dead_letter`]: a copy on
-//! the dead-letter topic in its place, or a halt before it).
+//! policy for them: what becomes of one ([`Session::dead_letter`]: a copy
+//! on the dead-letter topic in its place, or a halt before it). Which
+//! events are poison is the window's to know (see `verdicts`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
-
-use rdkafka::types::RDKafkaErrorCode;
 
 use super::delivery::Delivery;
 use super::telemetry::TelemetryEvent;
+use super::verdicts::{EventIdentity, Refusal};
 use super::window::{Halt, InFlight};
 use super::Session;
 use crate::config::OnError;
 use crate::outbox::{KafkaRecord, OutboxEvent};
 use crate::relay::{dead_letter, RelayError};
-use crate::Lsn;
 
 /// `reason` values of the dead-letter counter: a mapping failed, or Kafka
 /// refused the record.
 pub(crate) const DEAD_LETTER_REASONS: [&str; 2] = ["mapping", "delivery"];
-
-/// An event's place in the WAL, stable across reconnects: its transaction's
-/// commit LSN and its position within the transaction.
-pub(super) type EventIdentity = (Lsn, u32);
-
-/// Events the broker refused, remembered across reconnects.
-///
-/// A broker refuses a whole batch when one record in it is too large, so a
-/// broker-reported per-event failure only makes an event a *suspect*: sent
-/// again on the next producer, it goes alone, after everything before it is
-/// acked. Refused again alone, it is *confirmed* poison and the policy
-/// applies without another try (which would only end the producer again).
-#[derive(Default)]
-pub(crate) struct PoisonMemory(HashMap<EventIdentity, Verdict>);
-
-#[derive(Clone)]
-pub(super) enum Verdict {
-    Suspect,
-    Confirmed(Refusal),
-}
-
-/// Why Kafka will not take a record: librdkafka's code and description.
-#[derive(Clone, Debug)]
-pub(super) struct Refusal {
-    pub(super) code: RDKafkaErrorCode,
-    pub(super) error: String,
-}
-
-impl Refusal {
-    /// Refused for its size: the DLQ copy goes without the value.
-    fn too_large(&self) -> bool {
-        use RDKafkaErrorCode as C;
-        matches!(
-            self.code,
-            C::MessageSizeTooLarge | C::InvalidMessageSize | C::MessageBatchTooLarge
-        )
-    }
-}
-
-impl PoisonMemory {
-    /// The verdict on an event, if it has one.
-    pub(super) fn verdict(&self, identity: &EventIdentity) -> Option<Verdict> {
-        // Asked once per event and nearly always empty: skip the lookup then.
-        if self.0.is_empty() {
-            None
-        } else {
-            self.0.get(identity).cloned()
-        }
-    }
-
-    /// Gives an event a verdict, replacing any earlier one.
-    pub(super) fn judge(&mut self, identity: EventIdentity, verdict: Verdict) {
-        self.0.insert(identity, verdict);
-    }
-
-    /// Forgets an event's verdict.
-    pub(super) fn acquit(&mut self, identity: &EventIdentity) {
-        self.0.remove(identity);
-    }
-}
 
 /// An event that cannot be delivered as it is, and how far it got.
 pub(super) enum Undeliverable {

@@ -2,7 +2,7 @@
 //! delivery report back into the window.
 //!
 //! An event normally goes straight out ([`Session::deliver`]); a suspect
-//! from [`PoisonMemory`](super::poison::PoisonMemory) goes out alone
+//! from [`PoisonMemory`](super::verdicts::PoisonMemory) goes out alone
 //! ([`Session::trial`]); known poison goes to the `on_error` policy instead
 //! ([`Session::dead_letter`], whose copy `deliver` then sends in its place).
 //!
@@ -21,8 +21,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::delivery::Delivery;
-use super::poison::{Refusal, Undeliverable};
+use super::poison::Undeliverable;
 use super::telemetry::TelemetryEvent;
+use super::verdicts::Refusal;
 use super::window::{InFlight, Reported, Route, Window};
 use super::{Reconnect, Session, SessionEnd};
 use crate::progress::ledger::CommitPosition;

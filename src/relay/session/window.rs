@@ -28,7 +28,7 @@ use std::fmt;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
-use super::poison::{EventIdentity, PoisonMemory, Refusal, Verdict};
+use super::verdicts::{EventIdentity, PoisonMemory, Refusal, Verdict};
 use crate::outbox::{KafkaRecord, OutboxEvent};
 use crate::progress::{AckTracker, DeliveryId};
 use crate::sink::{Delivered, DeliveryFailure, DeliveryReport, FailureKind};
