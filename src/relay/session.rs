@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::ledger::{self, RelayLedger, Start};
+use super::slot_record::SlotRecord;
 mod delivery;
 mod poison;
 mod send;
@@ -132,9 +133,10 @@ pub(super) async fn run(
     mapper: &mut TableMappers,
     poison: &mut PoisonMemory,
     ledger: &mut RelayLedger,
+    slot: &mut SlotRecord,
     stop: watch::Receiver<bool>,
 ) -> Result<SessionEnd, RelayError> {
-    Session::<AtLeastOnce>::run(settings, mapper, poison, ledger, stop).await
+    Session::<AtLeastOnce>::run(settings, mapper, poison, ledger, slot, stop).await
 }
 
 struct Session<'a, D> {
@@ -161,6 +163,9 @@ struct Session<'a, D> {
     ledger: &'a mut RelayLedger,
     /// Offered what the driver confirmed; `None` before the server is known.
     ledger_writer: Option<LedgerWriter>,
+    /// Told that the stream opened and what the driver confirmed, for the
+    /// relay's decisions about the slot.
+    slot: &'a mut SlotRecord,
 }
 
 impl<'a, D: Delivery> Session<'a, D> {
@@ -169,6 +174,7 @@ impl<'a, D: Delivery> Session<'a, D> {
         mapper: &'a mut TableMappers,
         poison: &'a mut PoisonMemory,
         ledger: &'a mut RelayLedger,
+        slot: &'a mut SlotRecord,
         mut stop: watch::Receiver<bool>,
     ) -> Result<SessionEnd, RelayError> {
         let mut start = Start::default();
@@ -187,6 +193,7 @@ impl<'a, D: Delivery> Session<'a, D> {
             ceiling: Some(table_watch.ceiling()),
         });
         let mut telemetry = Telemetry::new(std::sync::Arc::clone(&settings.health));
+        slot.stream_opened(start_lsn);
         telemetry.emit(TelemetryEvent::StreamOpened { start: start_lsn });
         let delivery = D::open(settings)?;
         let topics = TopicManager::new(&settings.brokers, &settings.config.kafka)?;
@@ -210,6 +217,7 @@ impl<'a, D: Delivery> Session<'a, D> {
             table_watch,
             ledger_writer: ledger.writer(&start, interval),
             ledger,
+            slot,
         };
         let mut drain_deadline: Option<Instant> = None;
         let far = Instant::now() + Duration::from_secs(86400 * 365);
@@ -241,6 +249,7 @@ impl<'a, D: Delivery> Session<'a, D> {
                     tracing::info!(%confirmed, unacked = s.window.in_flight(), drained, "shutting down");
                     s.source.finish(confirmed).await?;
                     let confirmed = s.source.reported().confirmed;
+                    s.slot.confirmed(confirmed);
                     s.telemetry.emit(TelemetryEvent::Finished { confirmed });
                     let entry = s
                         .ledger_writer
@@ -324,6 +333,7 @@ impl<'a, D: Delivery> Session<'a, D> {
             }
             s.source.confirm(s.window.confirmable());
             let reported = s.source.reported();
+            s.slot.confirmed(reported.confirmed);
             s.telemetry.emit(TelemetryEvent::Turn {
                 in_flight: s.window.in_flight(),
                 in_flight_bytes: s.window.in_flight_bytes(),
