@@ -244,19 +244,6 @@ impl Health {
         }
     }
 
-    /// The position last confirmed to the slot, and when (Unix time in
-    /// microseconds) it last moved.
-    pub(crate) fn last_confirmed(&self) -> (Lsn, i64) {
-        let ago_ms = self.now_ms().saturating_sub(self.moved_ms.load(Relaxed));
-        let now_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64);
-        (
-            Lsn(self.confirmed.load(Relaxed)),
-            now_us - (ago_ms as i64) * 1000,
-        )
-    }
-
     /// The session ended: nothing is in flight any more (it will be read
     /// again), and the stream is closed.
     pub(crate) fn session_ended(&self) {

@@ -17,6 +17,7 @@
 mod dead_letter;
 mod ledger;
 mod session;
+mod slot_record;
 mod standby;
 mod table_watch;
 
@@ -40,7 +41,8 @@ pub use session::EVENTS_TARGET;
 pub(crate) use dead_letter::{
     from_record as dead_letter_refused, from_unmappable as dead_letter_unmappable,
 };
-use session::{PoisonMemory, ReconnectCause, Session, SessionEnd, DEAD_LETTER_REASONS};
+use session::{PoisonMemory, ReconnectCause, SessionEnd, DEAD_LETTER_REASONS};
+use slot_record::SlotRecord;
 
 /// A session that ran this long without failing resets the backoff.
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
@@ -168,7 +170,9 @@ pub async fn run(
     // Opened before the first session, again after a failure that
     // reconnecting may fix (Kafka unreachable at start).
     let mut ledger: Option<ledger::RelayLedger> = None;
-    let mut streamed = false;
+    // What the sessions found of the slot: the decisions below are made
+    // from it, not from the health endpoint's state.
+    let mut slot_record = SlotRecord::new();
     let mut backoff = relay.reconnect_backoff_min;
     // Permanent failures in a row; anything else starts the count over.
     let mut permanent = 0;
@@ -189,21 +193,29 @@ pub async fn run(
                     ledger.insert(ledger::RelayLedger::open(&settings).await?)
                 }
             };
-            Session::run(&settings, &mut mapper, &mut poison, ledger, stop_rx.clone()).await
+            let stop = stop_rx.clone();
+            session::run(
+                &settings,
+                &mut mapper,
+                &mut poison,
+                ledger,
+                &mut slot_record,
+                stop,
+            )
+            .await
         }
         .await;
         // Once this process has streamed the slot, it never creates one: a
         // slot missing now was dropped or lost, and a new one would start
         // past the events committed meanwhile (see `RelayError::SlotLost`).
-        let health = Arc::clone(&settings.health);
-        if health.postgres_connected() {
+        if slot_record.session_ended() {
             settings.source.create_slot = false;
-            streamed = true;
             if let Some(l) = &mut ledger {
                 l.streaming();
             }
         }
         // Whatever was in flight is re-read by the next session.
+        let health = Arc::clone(&settings.health);
         health.session_ended();
         metrics::gauge!(m::IN_FLIGHT_EVENTS).set(0.0);
         metrics::gauge!(m::IN_FLIGHT_BYTES).set(0.0);
@@ -232,9 +244,9 @@ pub async fn run(
                 }
             }
             Err(RelayError::Source(SourceError::Admin(AdminError::SlotMissing { slot })))
-                if streamed =>
+                if slot_record.streamed() =>
             {
-                let (confirmed, at_us) = health.last_confirmed();
+                let (confirmed, at_us) = slot_record.last_confirmed();
                 return Err(RelayError::SlotLost {
                     slot,
                     confirmed,

@@ -1,6 +1,7 @@
 //! One relay session: a replication stream (run by its own task, see
-//! [`driver`](crate::source::driver)), a producer and an ack tracker that
-//! live and die together. The main `select!` is biased, by priority:
+//! [`driver`](crate::source::driver)), a producer ([`Delivery`]) and the
+//! in-flight window ([`Window`]) that live and die together. The main
+//! `select!` is biased, by priority:
 //! 1. shutdown (drain in-flight acks, confirm, exit), then a change of the
 //!    outbox table ([`TableWatch`]: halt),
 //! 2. delivery reports (acks move the confirmable position; a transport
@@ -16,36 +17,42 @@
 //! `wal_sender_timeout`; the driver sees to that on its own, whatever this
 //! task waits for (a topic, a report, room in the producer's queue).
 //!
-//! This file holds the session's state and its loop; the handlers are its
-//! submodules, so the state stays private to them: [`deliver`] takes events
-//! to the producer and handles delivery reports, [`poison`] applies
-//! `relay.on_error` to events that cannot be delivered.
+//! This file holds the session's I/O and its loop. Its submodules:
+//! [`window`] owns what is in flight (pure: the ack tracker, the records
+//! waiting to be sent again, the poison [`verdicts`], the halt);
+//! [`delivery`] is the seam to Kafka, one implementation per delivery mode;
+//! [`send`] takes events to the producer and reports back to the window;
+//! [`poison`] applies `relay.on_error`; [`telemetry`] writes metrics, health
+//! and log lines.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::ledger::{self, RelayLedger, Start};
-mod deliver;
+use super::slot_record::SlotRecord;
+mod delivery;
 mod poison;
+mod send;
+mod telemetry;
+mod verdicts;
+mod window;
 
-pub use deliver::EVENTS_TARGET;
-pub(super) use poison::{PoisonMemory, DEAD_LETTER_REASONS};
+pub(super) use poison::DEAD_LETTER_REASONS;
+pub use telemetry::EVENTS_TARGET;
+pub(super) use verdicts::PoisonMemory;
 
 use super::table_watch::{TableWatch, WatchNews};
 use super::{RelayError, RelaySettings};
-use crate::metrics as m;
-use crate::outbox::{KafkaRecord, OutboxEvent, TableMappers};
+use crate::outbox::TableMappers;
 use crate::progress::ledger::LedgerWriter;
-use crate::progress::{AckTracker, DeliveryId};
-use crate::sink::{KafkaSink, TopicManager};
+use crate::sink::TopicManager;
 use crate::source::driver::{DriverOptions, SourceHandle, StatusUpdates, Streamed};
 use crate::source::session::{SourceError, SourceSession};
-use poison::EventIdentity;
+use delivery::{AtLeastOnce, Delivery};
+use telemetry::{Telemetry, TelemetryEvent};
+use window::{Halt, Limits, Window};
 
 /// Items taken from the driver per wake-up at most, so that reports and
 /// shutdown are looked at in between.
@@ -119,22 +126,20 @@ impl ReconnectCause {
     }
 }
 
-/// A record with a slot in the ack tracker: handed to the producer and not
-/// yet reported on (the tracker keeps it meanwhile), or waiting in
-/// [`Session::resend`].
-struct InFlight {
-    id: DeliveryId,
-    record: KafkaRecord,
-    event: OutboxEvent,
-    identity: EventIdentity,
-    dead_lettered: bool,
-    /// Sent with nothing else in flight (a suspect on trial).
-    isolated: bool,
-    /// When the WAL carrying it arrived, for the receive-to-ack histogram.
-    received_at: Instant,
+/// Runs one session, in the configured delivery mode (at-least-once is the
+/// only one so far; see [`delivery`]).
+pub(super) async fn run(
+    settings: &RelaySettings,
+    mapper: &mut TableMappers,
+    poison: &mut PoisonMemory,
+    ledger: &mut RelayLedger,
+    slot: &mut SlotRecord,
+    stop: watch::Receiver<bool>,
+) -> Result<SessionEnd, RelayError> {
+    Session::<AtLeastOnce>::run(settings, mapper, poison, ledger, slot, stop).await
 }
 
-pub(crate) struct Session<'a> {
+struct Session<'a, D> {
     settings: &'a RelaySettings,
     /// The replication stream's driver.
     source: SourceHandle,
@@ -145,72 +150,33 @@ pub(crate) struct Session<'a> {
     /// request: nothing more comes.
     drained: bool,
     mapper: &'a mut TableMappers,
-    poison: &'a mut PoisonMemory,
-    sink: KafkaSink,
+    /// What is in flight: every decision about it is the window's.
+    window: Window<'a>,
+    delivery: D,
     topics: TopicManager,
-    /// The ack tracker, which also keeps each record the producer holds.
-    tracker: AckTracker<InFlight>,
-    /// Records taken back from a producer that Kafka's refusal of one of them
-    /// ended, by delivery id (WAL order): sent again, on a fresh producer,
-    /// before anything newer (see [`deliver`]).
-    resend: BTreeMap<u64, InFlight>,
-    /// Position of the next event within its transaction.
-    ordinal: u32,
-    /// Set when a poison event stopped the relay (`on_error = "stop"`).
-    halted: Option<String>,
-    /// The published events and bytes counters by table label, then topic.
-    published: Vec<(String, TopicCounters)>,
     /// When the message being processed arrived.
     received_at: Instant,
-    filtered: m::Filtered,
-    wal_to_ack: Histogram,
-    /// Handles of the per-event and per-loop metrics, looked up once: a
-    /// registry lookup per event is measurable at 100k events/s.
-    hot: HotMetrics,
+    telemetry: Telemetry,
     /// Keeps confirmation behind the last look that found the outbox table
     /// intact; reports a change.
     table_watch: TableWatch,
     ledger: &'a mut RelayLedger,
     /// Offered what the driver confirmed; `None` before the server is known.
     ledger_writer: Option<LedgerWriter>,
-    /// Events whose commit lies below the ledger's position were relayed
-    /// before this (re)start: skipped, not sent again.
-    skip_through: Option<crate::Lsn>,
-    skipped: Counter,
+    /// Told that the stream opened and what the driver confirmed, for the
+    /// relay's decisions about the slot.
+    slot: &'a mut SlotRecord,
 }
 
-/// A table's published events and bytes counters, by topic.
-type TopicCounters = HashMap<Arc<str>, (Counter, Counter)>;
-
-struct HotMetrics {
-    events_seen: Counter,
-    transactions: Counter,
-    in_flight_events: Gauge,
-    in_flight_bytes: Gauge,
-    commit_to_ack: Histogram,
-}
-
-impl HotMetrics {
-    fn new() -> Self {
-        HotMetrics {
-            events_seen: metrics::counter!(m::EVENTS_SEEN),
-            transactions: metrics::counter!(m::TRANSACTIONS),
-            in_flight_events: metrics::gauge!(m::IN_FLIGHT_EVENTS),
-            in_flight_bytes: metrics::gauge!(m::IN_FLIGHT_BYTES),
-            commit_to_ack: metrics::histogram!(m::COMMIT_TO_ACK_SECONDS),
-        }
-    }
-}
-
-impl<'a> Session<'a> {
-    pub(crate) async fn run(
+impl<'a, D: Delivery> Session<'a, D> {
+    async fn run(
         settings: &'a RelaySettings,
         mapper: &'a mut TableMappers,
         poison: &'a mut PoisonMemory,
         ledger: &'a mut RelayLedger,
+        slot: &'a mut SlotRecord,
         mut stop: watch::Receiver<bool>,
     ) -> Result<SessionEnd, RelayError> {
-        let health = &settings.health;
         let mut start = Start::default();
         let source = SourceSession::open_gated(&settings.source, |found| {
             ledger.gate(settings, found, &mut start)
@@ -226,52 +192,46 @@ impl<'a> Session<'a> {
             stream_timeout: settings.config.postgres.stream_timeout,
             ceiling: Some(table_watch.ceiling()),
         });
-        health.postgres_up();
-        health.progress(0, start_lsn);
-        let sink = deliver::new_sink(settings)?;
+        let mut telemetry = Telemetry::new(std::sync::Arc::clone(&settings.health));
+        slot.stream_opened(start_lsn);
+        telemetry.emit(TelemetryEvent::StreamOpened { start: start_lsn });
+        let delivery = D::open(settings)?;
         let topics = TopicManager::new(&settings.brokers, &settings.config.kafka)?;
-        // A halt belongs to its session; the next one re-reads the event and
-        // decides again.
-        health.set_halted(None);
-        metrics::gauge!(m::HALTED).set(0.0);
+        telemetry.emit(TelemetryEvent::Started);
+        let relay = &settings.config.relay;
+        let limits = Limits {
+            events: relay.max_in_flight_events,
+            bytes: relay.max_in_flight_bytes,
+        };
         let mut s = Session {
             settings,
             status_updates: source.status_updates(),
             source,
             drained: false,
             mapper,
-            poison,
-            sink,
+            window: Window::new(start_lsn, start.skip_through, poison, limits),
+            delivery,
             topics,
-            tracker: AckTracker::new(start_lsn),
-            resend: BTreeMap::new(),
-            ordinal: 0,
-            halted: None,
-            published: Vec::new(),
             received_at: Instant::now(),
-            filtered: m::Filtered::new(),
-            wal_to_ack: metrics::histogram!(m::WAL_RECEIVE_TO_ACK_SECONDS),
-            hot: HotMetrics::new(),
+            telemetry,
             table_watch,
             ledger_writer: ledger.writer(&start, interval),
             ledger,
-            skip_through: start.skip_through,
-            skipped: metrics::counter!(m::EVENTS_SKIPPED),
+            slot,
         };
-        let relay = &settings.config.relay;
         let mut drain_deadline: Option<Instant> = None;
         let far = Instant::now() + Duration::from_secs(86400 * 365);
         loop {
             if let Some(deadline) = drain_deadline {
-                let drained = if s.halted.is_some() {
+                let drained = if s.window.halted().is_some() {
                     // Halted: nothing after the poison event is read, so its
                     // transaction never finishes, and the poison event holds
                     // its tracker slot for good. Only what the producer still
                     // holds can be acked: once its reports are all on the
                     // channel, take them and stop.
-                    let flushed = s.sink.in_queue() == 0;
+                    let flushed = s.delivery.in_queue() == 0;
                     if flushed {
-                        while let Some(report) = s.sink.try_report() {
+                        while let Some(report) = s.delivery.try_report() {
                             if let Some(end) = s.on_report(report).await? {
                                 return Ok(end);
                             }
@@ -279,17 +239,18 @@ impl<'a> Session<'a> {
                     }
                     flushed
                 } else {
-                    s.drained && s.tracker.in_flight() == 0
+                    s.drained && s.window.in_flight() == 0
                 };
                 if drained || Instant::now() >= deadline {
                     let confirmed = s
                         .table_watch
-                        .settle(s.tracker.confirmable(), interval * 3 + MIN_SETTLE)
+                        .settle(s.window.confirmable(), interval * 3 + MIN_SETTLE)
                         .await;
-                    tracing::info!(%confirmed, unacked = s.tracker.in_flight(), drained, "shutting down");
+                    tracing::info!(%confirmed, unacked = s.window.in_flight(), drained, "shutting down");
                     s.source.finish(confirmed).await?;
                     let confirmed = s.source.reported().confirmed;
-                    m::gauge_lsn(m::CONFIRMED_LSN, confirmed);
+                    s.slot.confirmed(confirmed);
+                    s.telemetry.emit(TelemetryEvent::Finished { confirmed });
                     let entry = s
                         .ledger_writer
                         .as_mut()
@@ -300,7 +261,7 @@ impl<'a> Session<'a> {
                     return Ok(SessionEnd::Shutdown);
                 }
             }
-            if !s.resend.is_empty() && s.halted.is_none() {
+            if s.window.resend_due() {
                 if let Some(end) = s.resend_pending().await? {
                     return Ok(end);
                 }
@@ -312,17 +273,17 @@ impl<'a> Session<'a> {
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|v| *v), if drain_deadline.is_none() => {
-                    tracing::info!(in_flight = s.tracker.in_flight(), "shutdown requested; draining");
+                    tracing::info!(in_flight = s.window.in_flight(), "shutdown requested; draining");
                     drain_deadline = Some(Instant::now() + relay.shutdown_timeout);
                     s.source.drain();
                 }
                 // Also while halted: a server shutting down waits for our
                 // confirmation, which a halted relay never sends.
                 news = s.table_watch.news() => match news {
-                    WatchNews::Changed(reason) => s.halt(reason),
+                    WatchNews::Changed(reason) => s.halt(Halt::TableChanged(reason)),
                     WatchNews::Lost(e) => return Err(SourceError::from(e).into()),
                 },
-                report = s.sink.next_report() => {
+                report = s.delivery.next_report() => {
                     let Some(report) = report else {
                         return Ok(Reconnect::producer_stopped());
                     };
@@ -331,7 +292,7 @@ impl<'a> Session<'a> {
                     }
                     // Take every report already waiting: one wake-up per
                     // burst of acks instead of one per ack.
-                    while let Some(report) = s.sink.try_report() {
+                    while let Some(report) = s.delivery.try_report() {
                         if let Some(end) = s.on_report(report).await? {
                             return Ok(end);
                         }
@@ -359,8 +320,8 @@ impl<'a> Session<'a> {
                             // flight: no batch mate is coming, so lingering
                             // would only add latency. A deep queue means a
                             // backlog, where lingering fills the batches.
-                            if s.tracker.in_flight() <= SEND_NOW_MAX_IN_FLIGHT {
-                                s.sink.send_now();
+                            if s.window.in_flight() <= SEND_NOW_MAX_IN_FLIGHT {
+                                s.delivery.send_now();
                             }
                             break;
                         };
@@ -370,18 +331,14 @@ impl<'a> Session<'a> {
                     }
                 }
             }
-            s.source.confirm(s.tracker.confirmable());
+            s.source.confirm(s.window.confirmable());
             let reported = s.source.reported();
-            m::gauge_lsn(m::CONFIRMED_LSN, reported.confirmed);
-            m::gauge_lsn(m::RECEIVED_LSN, reported.received);
-            // From what the driver counted when it last confirmed: once
-            // confirmed past, filtered changes are never read again.
-            s.filtered.update(reported.ignored);
-            s.hot.in_flight_events.set(s.tracker.in_flight() as f64);
-            s.hot
-                .in_flight_bytes
-                .set(s.tracker.in_flight_bytes() as f64);
-            health.progress(s.tracker.in_flight(), reported.confirmed);
+            s.slot.confirmed(reported.confirmed);
+            s.telemetry.emit(TelemetryEvent::Turn {
+                in_flight: s.window.in_flight(),
+                in_flight_bytes: s.window.in_flight_bytes(),
+                reported,
+            });
             // What the driver confirmed, which the tracker called
             // confirmable: the ledger never leads the acknowledgements.
             if let Some(writer) = &mut s.ledger_writer {
@@ -396,23 +353,25 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Stops reading (a table change, or poison under `on_error = "halt"`):
+    /// Stops reading (a table change, or poison under `on_error = "stop"`):
     /// `outboxd_halted` = 1 and `/readyz` says why. For a table change the
     /// ceiling already keeps the slot before the change.
-    fn halt(&mut self, reason: String) {
-        tracing::error!(%reason, "relay halted");
-        metrics::gauge!(m::HALTED).set(1.0);
-        self.settings.health.set_halted(Some(reason.clone()));
-        self.halted = Some(reason);
+    fn halt(&mut self, halt: Halt) {
+        let halt = self.window.halt(halt);
+        self.telemetry.emit(TelemetryEvent::Halted(halt));
     }
 
-    /// Whether to take more from the driver: under the in-flight limits,
-    /// not halted, nothing waiting to be sent again, not drained.
+    /// Tells of a halt the window made itself (a refused dead-letter copy).
+    fn tell_halt(&mut self) {
+        if let Some(halt) = self.window.halted() {
+            self.telemetry.emit(TelemetryEvent::Halted(halt));
+        }
+    }
+
+    /// Whether to take more from the driver: the window has room and
+    /// nothing waiting, and the stream is not drained.
     fn may_read(&self) -> bool {
-        let relay = &self.settings.config.relay;
-        let full = self.tracker.in_flight() >= relay.max_in_flight_events
-            || self.tracker.in_flight_bytes() as u64 >= relay.max_in_flight_bytes;
-        !full && self.halted.is_none() && self.resend.is_empty() && !self.drained
+        self.window.may_read() && !self.drained
     }
 
     /// When the ledger writer would take the position the driver last
@@ -423,7 +382,7 @@ impl<'a> Session<'a> {
         Some(Instant::from_std(at))
     }
 
-    /// A Commit handed to the tracker: the ledger entry at its end carries
+    /// A Commit handed to the window: the ledger entry at its end carries
     /// its commit time.
     fn note_commit(&mut self, commit: crate::progress::ledger::CommitPosition) {
         if let Some(writer) = &mut self.ledger_writer {
@@ -439,11 +398,10 @@ impl<'a> Session<'a> {
                 self.on_item(item).await
             }
             // Halted: nothing after the poison event becomes a checkpoint.
-            Streamed::Idle(wal_end) if self.halted.is_none() => {
-                self.tracker.keepalive(wal_end);
+            Streamed::Idle(wal_end) => {
+                self.window.keepalive(wal_end);
                 Ok(None)
             }
-            Streamed::Idle(_) => Ok(None),
             Streamed::Drained => {
                 self.drained = true;
                 Ok(None)
@@ -452,11 +410,11 @@ impl<'a> Session<'a> {
     }
 }
 
-impl Drop for Session<'_> {
+impl<D> Drop for Session<'_, D> {
     /// The driver may have confirmed past filtered changes since the loop
     /// last counted them: count them before the session is gone.
     fn drop(&mut self) {
-        self.filtered.update(self.source.reported().ignored);
+        self.telemetry.filtered(self.source.reported());
     }
 }
 
