@@ -35,7 +35,11 @@ pub(crate) const SEPARATOR: &str = "__";
 const DOCUMENTED: &str = include_str!("../../config/outboxd.toml");
 
 /// Tables whose keys are the user's, not outboxd's.
-const FREE_TABLES: [&str; 2] = ["kafka.properties", "routing.additional_headers"];
+const FREE_TABLES: [&str; 3] = [
+    "kafka.properties",
+    "routing.additional_headers",
+    "routing.cloudevents.extensions",
+];
 
 /// Where a value of the effective configuration came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

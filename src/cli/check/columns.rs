@@ -30,6 +30,12 @@ fn wanted_columns(t: &OutboxTable) -> Vec<(String, String, &'static str)> {
         let setting = format!("{rk}.additional_headers.{name}");
         add(resolve_column(columns, source), setting, "header");
     }
+    if routing.format.is_cloudevents() {
+        for (name, source) in &routing.cloudevents.extensions {
+            let setting = format!("{rk}.cloudevents.extensions.{name}");
+            add(resolve_column(columns, source), setting, "header");
+        }
+    }
     let rules = routing.rules.iter().enumerate();
     let templates = std::iter::once((format!("{rk}.topic"), &routing.topic))
         .chain(rules.map(|(i, r)| (format!("{rk}.rules[{i}].topic"), &r.topic)));
