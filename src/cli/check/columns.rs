@@ -139,4 +139,31 @@ mod tests {
             .collect();
         assert_eq!(got, want);
     }
+
+    #[test]
+    fn cloudevents_extension_and_trace_columns_are_wanted() {
+        let cfg = Config::from_toml_str(
+            "[postgres]\nurl = \"postgresql://u@h/db\"\n\
+             [outbox.columns]\ntrace_context = \"trace\"\nce_extensions = \"ext\"\n\
+             [routing]\nformat = \"cloudevents-binary\"\n\
+             [routing.cloudevents]\nextensions = { region = \"region_col\" }\n",
+        )
+        .unwrap();
+        let got: Vec<(String, String, &str)> = wanted_columns(&cfg.tables()[0]);
+        for want in [
+            ("trace", "outbox.columns.trace_context", "trace_context"),
+            ("ext", "outbox.columns.ce_extensions", "ce_extensions"),
+            (
+                "region_col",
+                "routing.cloudevents.extensions.region",
+                "header",
+            ),
+        ] {
+            assert!(
+                got.iter()
+                    .any(|(c, s, r)| (c.as_str(), s.as_str(), *r) == want),
+                "{want:?} not in {got:?}"
+            );
+        }
+    }
 }
