@@ -7,7 +7,9 @@
 //! positions once per table shape (pgoutput Relation), so mapping a row is
 //! index lookups and `Bytes` clones of the WAL frame. Per event, the mapper
 //! allocates the headers `Vec`, and in envelope mode the value buffer; topic
-//! strings are interned.
+//! strings are interned. The CloudEvents formats add the `time` text (binary
+//! mode: nothing else; the payload is not touched) or the value buffer
+//! (structured mode); their fixed headers are built once per table.
 //!
 //! Logical decoding messages carry a JSON object whose field names are the
 //! configured column names; they are parsed (messages are rare) and then
