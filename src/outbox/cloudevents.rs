@@ -162,6 +162,7 @@ impl CloudEventsPlan {
         payload: Option<Bytes>,
         payload_is_json: bool,
         headers: &mut Vec<(Arc<str>, Bytes)>,
+        last_time: &mut Option<(i64, Bytes)>,
     ) -> Result<Option<Bytes>, MappingError> {
         let required = |v: Option<&Bytes>, attribute: &str, setting: &str| match v {
             Some(b) if !b.is_empty() => Ok(b.clone()),
@@ -174,8 +175,18 @@ impl CloudEventsPlan {
         let id = required(event.id, "id", "outbox.columns.id")?;
         let type_ = required(event.event_type, "type", "outbox.columns.event_type")?;
         let subject = event.subject.filter(|s| !s.is_empty());
-        let mut time = Vec::with_capacity(27);
-        write_rfc3339_us(&mut time, event.commit_time_us);
+        // The events of one transaction share their commit time: its text
+        // is written once.
+        let time = match last_time {
+            Some((us, text)) if *us == event.commit_time_us => text.clone(),
+            _ => {
+                let mut text = Vec::with_capacity(27);
+                write_rfc3339_us(&mut text, event.commit_time_us);
+                let text = Bytes::from(text);
+                *last_time = Some((event.commit_time_us, text.clone()));
+                text
+            }
+        };
         let extensions = self.extension_values(f)?;
 
         let binary = self.mode == Mode::Binary || payload.is_none();
@@ -187,7 +198,7 @@ impl CloudEventsPlan {
             headers.push((self.id.clone(), id));
             headers.push(self.source.clone());
             headers.push((self.type_.clone(), type_));
-            headers.push((self.time.clone(), Bytes::from(time)));
+            headers.push((self.time.clone(), time));
             if let Some(s) = subject {
                 headers.push((self.subject.clone(), s.clone()));
             }

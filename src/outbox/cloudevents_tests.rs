@@ -348,3 +348,19 @@ fn a_message_carries_its_trace_context_as_a_field() {
     assert!(h.contains(&("ce_region", "us")), "{h:?}");
     assert_eq!(r.value.as_deref(), Some(&br#"{"n":1}"#[..]));
 }
+
+#[test]
+fn time_follows_each_commit_time() {
+    let mut m = mapper(EventFormat::CloudeventsBinary);
+    for (us, want) in [
+        (COMMIT_US, "2026-11-30T02:04:20.875758Z"),
+        (COMMIT_US, "2026-11-30T02:04:20.875758Z"),
+        (COMMIT_US + 1, "2026-11-30T02:04:20.875759Z"),
+        (COMMIT_US, "2026-11-30T02:04:20.875758Z"),
+    ] {
+        let mut event = good_row();
+        event.commit_time_us = us;
+        let r = m.map(&event).unwrap();
+        assert_eq!(r.header("ce_time").map(|b| &b[..]), Some(want.as_bytes()));
+    }
+}

@@ -7,9 +7,10 @@
 //! positions once per table shape (pgoutput Relation), so mapping a row is
 //! index lookups and `Bytes` clones of the WAL frame. Per event, the mapper
 //! allocates the headers `Vec`, and in envelope mode the value buffer; topic
-//! strings are interned. The CloudEvents formats add the `time` text (binary
-//! mode: nothing else; the payload is not touched) or the value buffer
-//! (structured mode); their fixed headers are built once per table.
+//! strings are interned. The CloudEvents formats add the `time` text, once
+//! per commit time (binary mode: nothing else; the payload is not touched),
+//! and in structured mode the value buffer; their fixed headers are built
+//! once per table.
 //!
 //! Logical decoding messages carry a JSON object whose field names are the
 //! configured column names; they are parsed (messages are rare) and then
@@ -195,6 +196,8 @@ struct State {
     header_names: HeaderNames,
     /// Reused buffer for rendering templates.
     scratch: Vec<u8>,
+    /// The last CloudEvents `time`: commit time (µs) and its text.
+    ce_time: Option<(i64, Bytes)>,
 }
 
 #[derive(Debug)]
@@ -438,7 +441,14 @@ impl Plan {
                     subject: key,
                     commit_time_us,
                 };
-                ce.apply(&attributes, f, value, payload_is_json, &mut headers)?
+                ce.apply(
+                    &attributes,
+                    f,
+                    value,
+                    payload_is_json,
+                    &mut headers,
+                    &mut st.ce_time,
+                )?
             }
         };
 
