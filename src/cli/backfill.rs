@@ -273,7 +273,7 @@ pub async fn run(
 ) -> Result<Summary, BackfillError> {
     let started = Instant::now();
     let table = choose_table(cfg, opts.table.as_deref()).map_err(BackfillError::TableChoice)?;
-    let mut mapper = RecordMapper::new(&table.columns, &table.routing)?;
+    let mut mapper = RecordMapper::new(&table.columns, &table.routing, &table.ce_source())?;
     let client = admin::connect_sql(&source.conn).await?;
     let mut reader = rows::RowReader::open(
         &client,

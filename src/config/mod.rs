@@ -6,6 +6,7 @@
 //! their documented defaults), then [`Config::validate`]. Every error names
 //! the full dotted key, or the line, and says what to change.
 
+pub(crate) mod cloudevents;
 pub(crate) mod env;
 pub(crate) mod error;
 pub(crate) mod kafka;
@@ -205,7 +206,14 @@ impl Config {
     /// Every outbox table, with its columns and resolved routing, in the
     /// order configured (one for `[outbox]`).
     pub fn tables(&self) -> Vec<OutboxTable> {
-        self.outbox.tables(&self.routing)
+        let database = crate::source::replication::ConnParams::from_url(&self.postgres.url)
+            .map(|p| p.dbname)
+            .unwrap_or_default();
+        let mut tables = self.outbox.tables(&self.routing);
+        for t in &mut tables {
+            t.database.clone_from(&database);
+        }
+        tables
     }
 
     /// [`Config::validate`] plus what only the relay needs: `kafka.brokers`.

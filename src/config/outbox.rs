@@ -25,7 +25,7 @@ pub(crate) const DEFAULT_EVENT_TYPE_COLUMN: &str = "event_type";
 pub(crate) const DEFAULT_PAYLOAD_COLUMN: &str = "payload";
 
 /// Column roles usable as `${role}` placeholders and as header sources.
-pub(crate) const COLUMN_ROLES: [&str; 8] = [
+pub(crate) const COLUMN_ROLES: [&str; 10] = [
     "id",
     "key",
     "aggregate_type",
@@ -34,6 +34,8 @@ pub(crate) const COLUMN_ROLES: [&str; 8] = [
     "headers",
     "timestamp",
     "topic",
+    "trace_context",
+    "ce_extensions",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -71,6 +73,13 @@ pub struct ColumnsConfig {
     pub timestamp: String,
     /// Optional column naming the topic per row, overriding routing.
     pub topic: String,
+    /// Optional column of W3C trace context (a `traceparent`, a JSON
+    /// object, or Debezium's `java.util.Properties` text), sent as the
+    /// `traceparent` and `tracestate` headers.
+    pub trace_context: String,
+    /// Optional json/jsonb column: an object of CloudEvents extension
+    /// attributes per event (CloudEvents formats only).
+    pub ce_extensions: String,
 }
 
 impl Default for ColumnsConfig {
@@ -84,6 +93,8 @@ impl Default for ColumnsConfig {
             headers: String::new(),
             timestamp: String::new(),
             topic: String::new(),
+            trace_context: String::new(),
+            ce_extensions: String::new(),
         }
     }
 }
@@ -226,6 +237,8 @@ impl ColumnsConfig {
             "headers" => &self.headers,
             "timestamp" => &self.timestamp,
             "topic" => &self.topic,
+            "trace_context" => &self.trace_context,
+            "ce_extensions" => &self.ce_extensions,
             _ => return None,
         };
         Some(col.as_str()).filter(|c| !c.is_empty())

@@ -65,12 +65,32 @@ pub struct OutboxTable {
     pub routing: RoutingConfig,
     /// `routing` or `outbox[i].routing`: where `routing` was configured.
     pub routing_key: String,
+    /// The database of `postgres.url` ("" when it cannot be told), for the
+    /// default CloudEvents `source`.
+    pub database: String,
 }
 
 impl OutboxTable {
     /// `schema.name`, the label of this table's metrics.
     pub(crate) fn label(&self) -> String {
         format!("{}.{}", self.table.schema(), self.table.name())
+    }
+
+    /// The CloudEvents `source` of this table's events:
+    /// `routing.cloudevents.source`, or `/outboxd/<database>/<schema>.<table>`
+    /// with each name percent-encoded (a URI reference, as the spec wants).
+    pub(crate) fn ce_source(&self) -> String {
+        let configured = &self.routing.cloudevents.source;
+        if !configured.is_empty() {
+            return configured.clone();
+        }
+        let mut s = String::from("/outboxd/");
+        percent_encode(&mut s, &self.database);
+        s.push('/');
+        percent_encode(&mut s, self.table.schema());
+        s.push('.');
+        percent_encode(&mut s, self.table.name());
+        s
     }
 
     /// Renames a validation error from the single-table key names to this
@@ -119,6 +139,7 @@ impl OutboxSection {
                 columns: o.columns.clone(),
                 routing: routing.clone(),
                 routing_key: "routing".into(),
+                database: String::new(),
             }],
             OutboxSection::Entries(entries) => entries
                 .iter()
@@ -133,6 +154,7 @@ impl OutboxSection {
                         Some(_) => format!("outbox[{i}].routing"),
                         None => "routing".into(),
                     },
+                    database: String::new(),
                 })
                 .collect(),
         }
@@ -175,6 +197,18 @@ impl OutboxSection {
             }
         }
         Ok(())
+    }
+}
+
+/// Appends `text` with every byte but RFC 3986's unreserved characters
+/// (letters, digits, `-._~`) percent-encoded.
+fn percent_encode(out: &mut String, text: &str) {
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
     }
 }
 

@@ -35,7 +35,11 @@ pub(crate) const SEPARATOR: &str = "__";
 const DOCUMENTED: &str = include_str!("../../config/outboxd.toml");
 
 /// Tables whose keys are the user's, not outboxd's.
-const FREE_TABLES: [&str; 2] = ["kafka.properties", "routing.additional_headers"];
+const FREE_TABLES: [&str; 3] = [
+    "kafka.properties",
+    "routing.additional_headers",
+    "routing.cloudevents.extensions",
+];
 
 /// Where a value of the effective configuration came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,10 +214,11 @@ fn parse_path(var: &str, rest: &str) -> Result<Vec<String>, ConfigError> {
             if name.is_empty() {
                 return Err(unknown(format!("names no key of [{free}]")));
             }
-            let name = if free == "kafka.properties" {
-                decode_property(name)
-            } else {
-                name.to_owned()
+            let name = match free {
+                "kafka.properties" => decode_property(name),
+                // CloudEvents attribute names are lower-case by rule.
+                "routing.cloudevents.extensions" => name.to_ascii_lowercase(),
+                _ => name.to_owned(),
             };
             let mut path: Vec<String> = free.split('.').map(str::to_owned).collect();
             path.push(name);
@@ -439,6 +444,18 @@ mod tests {
                 .unwrap()
                 .dotted(),
             "relay.max_in_flight_events"
+        );
+        let p = one(
+            "OUTBOXD_ROUTING__CLOUDEVENTS__EXTENSIONS__TENANT",
+            "tenant_id",
+        )
+        .unwrap();
+        assert_eq!(p.path, ["routing", "cloudevents", "extensions", "tenant"]);
+        assert_eq!(
+            one("OUTBOXD_ROUTING__FORMAT", "cloudevents-binary")
+                .unwrap()
+                .dotted(),
+            "routing.format"
         );
         let p = one("OUTBOXD_KAFKA__PROPERTIES__SASL_MECHANISMS", "PLAIN").unwrap();
         assert_eq!(p.path, ["kafka", "properties", "sasl.mechanisms"]);

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::config::cloudevents::{CloudEventsConfig, EventFormat};
 use crate::config::error::ConfigError;
 use crate::config::outbox::{ColumnsConfig, COLUMN_ROLES};
 
@@ -33,6 +34,10 @@ pub struct RoutingConfig {
     /// Topic template used when no rule matches.
     pub topic: String,
     pub value: ValueFormat,
+    /// Plain outbox records or CloudEvents.
+    pub format: EventFormat,
+    /// What the CloudEvents formats take from the config.
+    pub cloudevents: CloudEventsConfig,
     /// Send a tombstone (null value) when the payload is NULL or empty, for
     /// log-compacted topics. Off by default: deleting a key is a strong act
     /// that an empty payload should not trigger by accident.
@@ -49,6 +54,8 @@ impl Default for RoutingConfig {
         RoutingConfig {
             topic: DEFAULT_TOPIC.to_owned(),
             value: ValueFormat::default(),
+            format: EventFormat::default(),
+            cloudevents: CloudEventsConfig::default(),
             tombstone_on_empty_payload: false,
             additional_headers: default_additional_headers(),
             rules: Vec::new(),
@@ -110,6 +117,14 @@ impl RoutingConfig {
 
     pub(crate) fn validate(&self, columns: &ColumnsConfig) -> Result<(), ConfigError> {
         validate_template("routing.topic", &self.topic, columns)?;
+        if self.format.is_cloudevents() && self.value == ValueFormat::Envelope {
+            return Err(ConfigError::invalid(
+                "routing.value",
+                "\"envelope\" cannot be combined with a CloudEvents routing.format: the \
+                 CloudEvent is the envelope; set routing.value = \"payload\"",
+            ));
+        }
+        self.cloudevents.validate(self.format, columns)?;
         for (name, source) in &self.additional_headers {
             let key = format!("routing.additional_headers.{name}");
             if name.is_empty() {

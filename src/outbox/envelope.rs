@@ -63,7 +63,7 @@ pub(crate) fn is_json_text(b: &[u8]) -> bool {
 
 /// A JSON string of the text, or `null`. Invalid UTF-8 is replaced (U+FFFD):
 /// PostgreSQL sends text in the server encoding, which is UTF-8 in practice.
-fn write_text(buf: &mut Vec<u8>, text: Option<&[u8]>) {
+pub(super) fn write_text(buf: &mut Vec<u8>, text: Option<&[u8]>) {
     match text {
         None => buf.extend_from_slice(b"null"),
         Some(t) => {

@@ -2,6 +2,7 @@
 //! errors name so the user knows what to fix.
 
 use crate::config::ConfigError;
+use crate::outbox::trace::TraceContextError;
 
 /// Longest column value quoted in an error.
 const MAX_QUOTED: usize = 64;
@@ -14,6 +15,8 @@ pub(super) const PAYLOAD_SETTING: &str = "outbox.columns.payload";
 pub(super) const HEADERS_SETTING: &str = "outbox.columns.headers";
 pub(super) const TIMESTAMP_SETTING: &str = "outbox.columns.timestamp";
 pub(super) const TOPIC_SETTING: &str = "outbox.columns.topic";
+pub(super) const TRACE_CONTEXT_SETTING: &str = "outbox.columns.trace_context";
+pub(super) const CE_EXTENSIONS_SETTING: &str = "outbox.columns.ce_extensions";
 
 /// Why one event cannot become a record. Each is about that event alone (a
 /// poison event: the relay applies `relay.on_error`), and says which column
@@ -86,6 +89,23 @@ pub(crate) enum MappingError {
          use a UTF8 database encoding"
     )]
     InvalidText { column: String, role: String },
+
+    /// The trace context column holds something the W3C Trace Context
+    /// recommendation refuses, or no trace context at all.
+    #[error(
+        "trace context column `{column}` (outbox.columns.trace_context) holds `{value}`: \
+         {reason}; write a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>), a JSON object \
+         with traceparent and tracestate, or java.util.Properties text, or NULL for none"
+    )]
+    InvalidTraceContext {
+        column: String,
+        value: String,
+        reason: TraceContextError,
+    },
+
+    /// The event cannot be a CloudEvent (routing.format = "cloudevents-*").
+    #[error("the event cannot be a CloudEvent: {reason}")]
+    CloudEvent { reason: String },
 }
 
 /// The config cannot drive a mapper. `RecordMapper::new` re-runs the config

@@ -71,15 +71,17 @@ impl HeaderPlan {
         self.column
     }
 
-    /// The headers of one event whose id is `id`.
+    /// The headers of one event whose id is `id`, with room for `more`.
     pub(super) fn build(
         &self,
         f: &Fields<'_>,
         id: Option<&Bytes>,
         names: &mut HeaderNames,
+        more: usize,
     ) -> Result<Vec<(Arc<str>, Bytes)>, MappingError> {
-        let mut headers =
-            Vec::with_capacity(1 + self.extra.len() + if self.column.is_some() { 4 } else { 0 });
+        let mut headers = Vec::with_capacity(
+            1 + self.extra.len() + if self.column.is_some() { 4 } else { 0 } + more,
+        );
         if let Some(id) = id {
             headers.push((self.id_header.clone(), id.clone()));
         }

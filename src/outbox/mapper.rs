@@ -7,7 +7,10 @@
 //! positions once per table shape (pgoutput Relation), so mapping a row is
 //! index lookups and `Bytes` clones of the WAL frame. Per event, the mapper
 //! allocates the headers `Vec`, and in envelope mode the value buffer; topic
-//! strings are interned.
+//! strings are interned. The CloudEvents formats add the `time` text, once
+//! per commit time (binary mode: nothing else; the payload is not touched),
+//! and in structured mode the value buffer; their fixed headers are built
+//! once per table.
 //!
 //! Logical decoding messages carry a JSON object whose field names are the
 //! configured column names; they are parsed (messages are rare) and then
@@ -19,7 +22,8 @@
 //! This file holds the plan (slots, value mode, timestamps) and the per-table
 //! layout. Beside it: `fields` (values by slot, from a row or a message),
 //! `message` (a message's JSON to values), `route` (topic routing),
-//! `headers` (record headers), `json` and `error`.
+//! `headers` (record headers), `trace` (the trace context column),
+//! `cloudevents` (the CloudEvents formats), `json` and `error`.
 
 use std::sync::Arc;
 
@@ -28,10 +32,11 @@ use bytes::Bytes;
 use crate::config::outbox::ColumnsConfig;
 use crate::config::routing::{RoutingConfig, ValueFormat};
 use crate::outbox::bytea;
+use crate::outbox::cloudevents::{Attributes, CloudEventsPlan};
 use crate::outbox::envelope::{write_envelope, EnvelopeFields};
 use crate::outbox::error::{
     quote, AGGREGATE_TYPE_SETTING, EVENT_TYPE_SETTING, ID_SETTING, KEY_SETTING, PAYLOAD_SETTING,
-    TIMESTAMP_SETTING,
+    TIMESTAMP_SETTING, TRACE_CONTEXT_SETTING,
 };
 use crate::outbox::event::{ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
 use crate::outbox::fields::Fields;
@@ -40,9 +45,15 @@ use crate::outbox::message;
 use crate::outbox::record::{parse_timestamp_ms, KafkaRecord};
 use crate::outbox::route::Router;
 use crate::outbox::topic::TopicCache;
+use crate::outbox::trace;
 
 pub(crate) use crate::outbox::error::{MappingConfigError, MappingError};
 pub(crate) use crate::outbox::headers::ID_HEADER;
+
+/// Header names of the trace context, as OpenTelemetry's Kafka
+/// instrumentation reads them.
+pub(crate) const TRACEPARENT_HEADER: &str = "traceparent";
+pub(crate) const TRACESTATE_HEADER: &str = "tracestate";
 
 /// Column whose value becomes the envelope's `occurredAt` when no
 /// `outbox.columns.timestamp` is configured, if the table has it.
@@ -62,15 +73,18 @@ pub(crate) struct RecordMapper {
 }
 
 impl RecordMapper {
-    /// Checks the config and pre-parses templates and rules.
+    /// Checks the config and pre-parses templates and rules. `ce_source`
+    /// is the CloudEvents `source` of the table's events (see
+    /// `OutboxTable::ce_source`), unused by the plain format.
     pub(crate) fn new(
         columns: &ColumnsConfig,
         routing: &RoutingConfig,
+        ce_source: &str,
     ) -> Result<RecordMapper, MappingConfigError> {
         columns.validate()?;
         routing.validate(columns)?;
         Ok(RecordMapper {
-            plan: Plan::new(columns, routing)?,
+            plan: Plan::new(columns, routing, ce_source)?,
             layout: None,
             state: State::default(),
         })
@@ -182,6 +196,8 @@ struct State {
     header_names: HeaderNames,
     /// Reused buffer for rendering templates.
     scratch: Vec<u8>,
+    /// The last CloudEvents `time`: commit time (µs) and its text.
+    ce_time: Option<(i64, Bytes)>,
 }
 
 #[derive(Debug)]
@@ -225,7 +241,11 @@ struct Plan {
     payload: usize,
     timestamp: Option<usize>,
     created_at: Option<usize>,
+    trace_context: Option<usize>,
     headers: HeaderPlan,
+    trace_names: (Arc<str>, Arc<str>),
+    /// `None`: the plain format.
+    cloudevents: Option<CloudEventsPlan>,
     router: Router,
     value: ValueFormat,
     tombstone: bool,
@@ -248,7 +268,11 @@ impl Slots {
 }
 
 impl Plan {
-    fn new(columns: &ColumnsConfig, routing: &RoutingConfig) -> Result<Plan, MappingConfigError> {
+    fn new(
+        columns: &ColumnsConfig,
+        routing: &RoutingConfig,
+        ce_source: &str,
+    ) -> Result<Plan, MappingConfigError> {
         let mut slots = Slots::default();
         let mut required = |role: &str| {
             columns
@@ -268,9 +292,19 @@ impl Plan {
         let timestamp = optional("timestamp");
         let topic = optional("topic");
         let headers_column = optional("headers");
+        let trace_context = optional("trace_context");
+        let extensions_column = optional("ce_extensions");
         let created_at = (routing.value == ValueFormat::Envelope && timestamp.is_none())
             .then(|| slots.slot(CREATED_AT_COLUMN));
         let headers = HeaderPlan::new(columns, routing, headers_column, |c| slots.slot(c));
+        let cloudevents = CloudEventsPlan::new(
+            routing.format,
+            &routing.cloudevents,
+            columns,
+            ce_source,
+            extensions_column,
+            |c| slots.slot(c),
+        );
         let router = Router::new(columns, routing, topic, event_type, aggregate_type, |c| {
             slots.slot(c)
         })?;
@@ -283,7 +317,10 @@ impl Plan {
             payload,
             timestamp,
             created_at,
+            trace_context,
             headers,
+            trace_names: (Arc::from(TRACEPARENT_HEADER), Arc::from(TRACESTATE_HEADER)),
+            cloudevents,
             router,
             value: routing.value,
             tombstone: routing.tombstone_on_empty_payload,
@@ -373,7 +410,47 @@ impl Plan {
             event_type,
             aggregate_type,
         )?;
-        let headers = self.headers.build(f, id, &mut st.header_names)?;
+        let extra = self
+            .cloudevents
+            .as_ref()
+            .map_or(0, CloudEventsPlan::extra_headers)
+            + if self.trace_context.is_some() { 2 } else { 0 };
+        let mut headers = self.headers.build(f, id, &mut st.header_names, extra)?;
+        if let Some(slot) = self.trace_context {
+            if let Some(text) = f.text(slot, TRACE_CONTEXT_SETTING, true)? {
+                let context =
+                    trace::parse(text).map_err(|reason| MappingError::InvalidTraceContext {
+                        column: f.column(slot).to_string(),
+                        value: quote(text),
+                        reason,
+                    })?;
+                if let Some(c) = context {
+                    headers.push((self.trace_names.0.clone(), c.traceparent));
+                    if let Some(state) = c.tracestate {
+                        headers.push((self.trace_names.1.clone(), state));
+                    }
+                }
+            }
+        }
+        let value = match &self.cloudevents {
+            None => value,
+            Some(ce) => {
+                let attributes = Attributes {
+                    id,
+                    event_type,
+                    subject: key,
+                    commit_time_us,
+                };
+                ce.apply(
+                    &attributes,
+                    f,
+                    value,
+                    payload_is_json,
+                    &mut headers,
+                    &mut st.ce_time,
+                )?
+            }
+        };
 
         let key = key.cloned();
         let size = KafkaRecord::compute_size(key.as_ref(), value.as_ref(), &headers);

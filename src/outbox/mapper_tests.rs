@@ -128,7 +128,7 @@ fn seed_row(aggregate_type: &str, event_type: &str) -> OutboxEvent {
 }
 
 fn mapper(columns: &ColumnsConfig, routing: &RoutingConfig) -> RecordMapper {
-    RecordMapper::new(columns, routing).unwrap()
+    RecordMapper::new(columns, routing, "/test").unwrap()
 }
 
 fn default_mapper() -> RecordMapper {
@@ -1024,13 +1024,13 @@ fn config_errors() {
         topic: "outbox.${nope}".into(),
         ..Default::default()
     };
-    let err = RecordMapper::new(&ColumnsConfig::default(), &bad_template).unwrap_err();
+    let err = RecordMapper::new(&ColumnsConfig::default(), &bad_template, "/test").unwrap_err();
     assert!(err.to_string().starts_with("routing.topic:"), "{err}");
     let no_payload = ColumnsConfig {
         payload: String::new(),
         ..Default::default()
     };
-    let err = RecordMapper::new(&no_payload, &RoutingConfig::default()).unwrap_err();
+    let err = RecordMapper::new(&no_payload, &RoutingConfig::default(), "/test").unwrap_err();
     assert!(err.to_string().contains("outbox.columns.payload"), "{err}");
     let bad_literal = RoutingConfig {
         rules: vec![RoutingRule {
@@ -1040,7 +1040,7 @@ fn config_errors() {
         }],
         ..Default::default()
     };
-    let err = RecordMapper::new(&ColumnsConfig::default(), &bad_literal).unwrap_err();
+    let err = RecordMapper::new(&ColumnsConfig::default(), &bad_literal, "/test").unwrap_err();
     assert!(
         err.to_string().starts_with("routing.rules[0].topic:"),
         "{err}"

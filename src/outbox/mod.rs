@@ -2,6 +2,7 @@
 //! maps to a Kafka record.
 
 pub(crate) mod bytea;
+mod cloudevents;
 pub(crate) mod envelope;
 mod error;
 pub(crate) mod event;
@@ -14,6 +15,7 @@ pub(crate) mod record;
 mod route;
 mod tables;
 pub(crate) mod topic;
+mod trace;
 
 pub(crate) use event::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
 pub(crate) use mapper::{MappingConfigError, MappingError, RecordMapper};

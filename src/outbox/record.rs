@@ -172,6 +172,17 @@ pub(crate) fn write_iso8601_ms(buf: &mut Vec<u8>, ms: i64) {
     let _ = write!(buf, "-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{milli:03}Z");
 }
 
+/// Appends `us` (microseconds since the Unix epoch, as PostgreSQL keeps
+/// commit times) as RFC 3339 UTC with microseconds,
+/// `2026-11-30T02:04:20.875758Z`: the CloudEvents `time`.
+pub(crate) fn write_rfc3339_us(buf: &mut Vec<u8>, us: i64) {
+    let ms = us.div_euclid(1000);
+    write_iso8601_ms(buf, ms);
+    // Replace the trailing "Z" with the remaining three digits and the "Z".
+    buf.pop();
+    let _ = write!(buf, "{:03}Z", us.rem_euclid(1000));
+}
+
 struct Cursor<'a> {
     s: &'a [u8],
     i: usize,
@@ -321,6 +332,18 @@ mod tests {
         assert_eq!(iso(1_796_004_260_875), "2026-11-30T02:04:20.875Z");
         assert_eq!(iso(-1), "1969-12-31T23:59:59.999Z");
         assert_eq!(iso(1_709_164_800_000), "2024-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn formats_rfc3339_microseconds() {
+        let us = |v: i64| {
+            let mut b = Vec::new();
+            write_rfc3339_us(&mut b, v);
+            String::from_utf8(b).unwrap()
+        };
+        assert_eq!(us(0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(us(1_796_004_260_875_758), "2026-11-30T02:04:20.875758Z");
+        assert_eq!(us(-1), "1969-12-31T23:59:59.999999Z");
     }
 
     #[test]

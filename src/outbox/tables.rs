@@ -37,7 +37,7 @@ impl TableMappers {
                     name: t.table.name().to_owned(),
                     message_prefix: t.message_prefix.clone(),
                     label: t.label(),
-                    mapper: RecordMapper::new(&t.columns, &t.routing)?,
+                    mapper: RecordMapper::new(&t.columns, &t.routing, &t.ce_source())?,
                 })
             })
             .collect::<Result<Vec<_>, MappingConfigError>>()?;

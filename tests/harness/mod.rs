@@ -5,5 +5,6 @@ pub mod kafka;
 pub mod outboxd;
 pub mod pg;
 pub mod proxy;
+pub mod python;
 pub mod standby;
 pub mod watchdog;

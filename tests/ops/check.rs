@@ -354,3 +354,33 @@ fn unreadable_config_exits_2() {
     assert_eq!(out.code, Some(2), "{out}");
     assert!(out.line("config").1.contains("slott"), "{out}");
 }
+
+#[test]
+fn trace_context_column_is_checked_like_the_other_mapped_columns() {
+    let e = env(PgOptions::default());
+    let with_trace = |name: &str| {
+        e.config(
+            name,
+            &e.url("outboxd", None),
+            kafka::shared().bootstrap(),
+            "create_publication = false",
+            "[outbox.columns]\ntrace_context = \"trace\"\n",
+        )
+    };
+    check(&with_trace("missing.toml")).expect_fail(
+        "outbox columns",
+        &[
+            "column `trace` (outbox.columns.trace_context) is not in \"public\".\"outbox\"",
+            "set outbox.columns.trace_context",
+        ],
+    );
+    e.pg.psql("app", "ALTER TABLE outbox ADD COLUMN trace bigint");
+    check(&with_trace("mistyped.toml")).expect_fail(
+        "outbox columns",
+        &["trace", "outbox.columns.trace_context", "W3C traceparent"],
+    );
+    e.pg.psql("app", "ALTER TABLE outbox ALTER COLUMN trace TYPE text");
+    let out = check(&with_trace("good.toml"));
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(out.line("outbox columns").1.contains("trace text"), "{out}");
+}

@@ -7,6 +7,7 @@ mod column_types;
 mod dead_link;
 mod e2e;
 mod faults;
+mod formats;
 mod ledger_acks;
 mod memory;
 mod names;

@@ -30,6 +30,12 @@ fn wanted_columns(t: &OutboxTable) -> Vec<(String, String, &'static str)> {
         let setting = format!("{rk}.additional_headers.{name}");
         add(resolve_column(columns, source), setting, "header");
     }
+    if routing.format.is_cloudevents() {
+        for (name, source) in &routing.cloudevents.extensions {
+            let setting = format!("{rk}.cloudevents.extensions.{name}");
+            add(resolve_column(columns, source), setting, "header");
+        }
+    }
     let rules = routing.rules.iter().enumerate();
     let templates = std::iter::once((format!("{rk}.topic"), &routing.topic))
         .chain(rules.map(|(i, r)| (format!("{rk}.rules[{i}].topic"), &r.topic)));
@@ -132,5 +138,32 @@ mod tests {
             .map(|(c, s)| (c.to_string(), s.to_string()))
             .collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn cloudevents_extension_and_trace_columns_are_wanted() {
+        let cfg = Config::from_toml_str(
+            "[postgres]\nurl = \"postgresql://u@h/db\"\n\
+             [outbox.columns]\ntrace_context = \"trace\"\nce_extensions = \"ext\"\n\
+             [routing]\nformat = \"cloudevents-binary\"\n\
+             [routing.cloudevents]\nextensions = { region = \"region_col\" }\n",
+        )
+        .unwrap();
+        let got: Vec<(String, String, &str)> = wanted_columns(&cfg.tables()[0]);
+        for want in [
+            ("trace", "outbox.columns.trace_context", "trace_context"),
+            ("ext", "outbox.columns.ce_extensions", "ce_extensions"),
+            (
+                "region_col",
+                "routing.cloudevents.extensions.region",
+                "header",
+            ),
+        ] {
+            assert!(
+                got.iter()
+                    .any(|(c, s, r)| (c.as_str(), s.as_str(), *r) == want),
+                "{want:?} not in {got:?}"
+            );
+        }
     }
 }

@@ -318,6 +318,13 @@ pub(crate) fn type_fit(role: &str, base_type: &str, category: &str) -> TypeFit {
         "timestamp" => TypeFit::Unusable(
             "must be a timestamp or epoch milliseconds; use timestamptz, or set outbox.columns.timestamp = \"\"",
         ),
+        "trace_context" if text || json => TypeFit::Good,
+        "trace_context" => TypeFit::Unusable(
+            "must hold a W3C traceparent, a JSON object or java.util.Properties text; use text or jsonb",
+        ),
+        "ce_extensions" if json => TypeFit::Good,
+        "ce_extensions" if text => TypeFit::Doubtful("each value must be a JSON object; jsonb makes sure it is"),
+        "ce_extensions" => TypeFit::Unusable("must hold a JSON object of extension attributes; use jsonb"),
         _ if text => TypeFit::Good,
         _ => TypeFit::Doubtful("its text form is used in topic names and headers; text is usual"),
     }
@@ -354,6 +361,16 @@ mod tests {
             TypeFit::Unusable(_)
         ));
         assert_eq!(type_fit("event_type", "text", "S"), TypeFit::Good);
+        assert_eq!(type_fit("trace_context", "text", "S"), TypeFit::Good);
+        assert_eq!(type_fit("trace_context", "jsonb", "U"), TypeFit::Good);
+        assert!(matches!(
+            type_fit("trace_context", "int8", "N"),
+            TypeFit::Unusable(_)
+        ));
+        assert!(matches!(
+            type_fit("ce_extensions", "text", "S"),
+            TypeFit::Doubtful(_)
+        ));
         assert!(matches!(
             type_fit("aggregate_type", "int4", "N"),
             TypeFit::Doubtful(_)

@@ -1,0 +1,91 @@
+//! Real clients that no one here wrote, to read records back with: the
+//! CloudEvents SDK's Kafka binding and OpenTelemetry's W3C propagator,
+//! from PyPI, in a venv that `scripts/python.sh` installs once into the
+//! cache. `tests/python/read_records.py` hands them the records' exact
+//! bytes as the broker returned them.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+
+use crate::harness::kafka::Record;
+
+/// How the CloudEvents SDK is to read the records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `from_binary`.
+    Binary,
+    /// `from_structured`.
+    Structured,
+    /// No CloudEvent: only the trace context.
+    None,
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The venv's interpreter, installed on first use.
+fn python() -> &'static PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let out = Command::new(repo().join("scripts/python.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/python.sh");
+        assert!(out.status.success(), "scripts/python.sh failed");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// What the clients made of each record, in order: `event` (the
+/// CloudEvent's attributes and `data`, `time` in ISO form), `error` (why
+/// the SDK refused it) and `trace` (the propagator's span context).
+pub fn read_records(mode: Mode, records: &[Record]) -> Vec<Value> {
+    let request = json!({
+        "mode": match mode {
+            Mode::Binary => "binary",
+            Mode::Structured => "structured",
+            Mode::None => "none",
+        },
+        "records": records.iter().map(|r| json!({
+            "key": r.key.as_deref().map(hex),
+            "value": r.value.as_deref().map(hex),
+            "headers": r.headers.iter().map(|(n, v)| json!([n, hex(v)])).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    });
+    let mut child = Command::new(python())
+        .arg(repo().join("tests/python/read_records.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run read_records.py");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "read_records.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), records.len());
+    results
+}
