@@ -1,6 +1,7 @@
-//! `outboxd run` (and `outboxd backfill`) against a real PostgreSQL and a
+//! `outboxd run` (and `outboxd backfill`, `outboxd audit`) against a real PostgreSQL and a
 //! real Kafka broker: the delivery guarantees, including under faults.
 
+mod audit;
 mod backfill;
 mod backpressure;
 mod column_types;
