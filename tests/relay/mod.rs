@@ -5,6 +5,7 @@ mod audit;
 mod backfill;
 mod backpressure;
 mod column_types;
+mod consumer_inbox;
 mod dead_link;
 mod e2e;
 mod faults;
