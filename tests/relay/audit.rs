@@ -107,6 +107,30 @@ async fn a_complete_range_exits_0_and_an_empty_or_deleted_range_says_so() {
     says(&run, "verdict: complete");
     says(&run, "audit: 1 table, 300 rows, 300 delivered, 0 missing");
 
+    // On a terminal (a pty from `script`) it shows progress on stderr, and
+    // still ends with the summary.
+    let command = format!(
+        "{} audit --config {} --since '{since}' --until '{until}'",
+        bin(),
+        e.config.display()
+    );
+    let tty = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("OUTBOXD_LOG", "warn")
+        .output()
+        .expect("run script");
+    let tty = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.contains("rows of public.outbox"), "no progress:\n{tty}");
+    assert!(
+        tty.contains("audit: 1 table, 300 rows"),
+        "no summary:\n{tty}"
+    );
+    assert!(
+        !run.stderr.contains("rows of"),
+        "progress without a terminal: {}",
+        run.stderr
+    );
+
     let (run, v) = audit_json(&e.config, &["--since", &since, "--until", &until]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let t = &v["tables"][0];
