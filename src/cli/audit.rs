@@ -232,6 +232,7 @@ async fn audit_table(
         progress,
     )
     .await?;
+    let rows_took = started.elapsed();
     let table_has_rows = row_sort.len() > 0 || has_rows(client, table).await?;
     if row_sort.len() == 0 && table_has_rows {
         let any_time = BackfillOptions {
@@ -262,6 +263,7 @@ async fn audit_table(
     .await
     .map_err(|e| AuditError::Spill(std::io::Error::other(e.to_string())))?;
     let (record_sort, counts) = read?;
+    let records_took = started.elapsed() - rows_took;
     let spilled = spilled + record_sort.runs();
 
     let mut findings = compare::Findings::new(keep_all);
@@ -288,8 +290,13 @@ async fn audit_table(
         counts,
         findings,
         table_has_rows,
-        messages: table.message_prefix.is_some(),
+        message_prefix: table.message_prefix.clone(),
         spilled_runs: spilled + order_runs,
+        phases: [
+            rows_took,
+            records_took,
+            started.elapsed() - rows_took - records_took,
+        ],
         elapsed: started.elapsed(),
     })
 }

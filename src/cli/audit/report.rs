@@ -29,10 +29,12 @@ pub(crate) struct TableAudit {
     /// Whether the table holds any row at all (looked up when the range has
     /// none).
     pub table_has_rows: bool,
-    /// `message_prefix` is configured: such events are in no table.
-    pub messages: bool,
+    /// `message_prefix`, when configured: such events are in no table.
+    pub message_prefix: Option<String>,
     /// Runs spilled to disk (how much the range outgrew memory).
     pub spilled_runs: usize,
+    /// Reading the rows, reading the records, comparing.
+    pub phases: [Duration; 3],
     pub elapsed: Duration,
 }
 
@@ -277,13 +279,22 @@ fn write_table_text(t: &mut TableAudit, mode: DeliveryMode, out: &mut dyn Write)
             "    (the first {SHOWN} of each; --format json lists all)"
         )?;
     }
-    if t.messages {
+    if let Some(prefix) = &t.message_prefix {
         writeln!(
             out,
-            "  events emitted as logical decoding messages (message_prefix) are in no table and \
-             were not audited"
+            "  (events emitted with pg_logical_emit_message, prefix {prefix:?}, are in no table: \
+             not audited)"
         )?;
     }
+    let [rows, records, compare] = t.phases;
+    writeln!(
+        out,
+        "  read the rows in {}, the records in {}, compared in {}; {} sorted runs on disk",
+        seconds(rows),
+        seconds(records),
+        seconds(compare),
+        t.spilled_runs
+    )?;
     match &verdict {
         Verdict::Complete => writeln!(out, "  verdict: complete, in {}", seconds(t.elapsed)),
         Verdict::NoRows => writeln!(
@@ -348,8 +359,13 @@ fn write_table_json(t: &mut TableAudit, mode: DeliveryMode, out: &mut dyn Write)
             "without_id": t.counts.without_id,
         },
         "repeated_row_ids": t.findings.repeated_ids,
-        "messages_not_audited": t.messages,
+        "message_prefix_not_audited": t.message_prefix,
         "spilled_runs": t.spilled_runs,
+        "phase_seconds": {
+            "rows": t.phases[0].as_secs_f64(),
+            "records": t.phases[1].as_secs_f64(),
+            "compare": t.phases[2].as_secs_f64(),
+        },
         "elapsed_seconds": t.elapsed.as_secs_f64(),
     });
     let head = serde_json::to_string(&head)?;
@@ -397,8 +413,9 @@ mod tests {
             counts: RecordCounts::default(),
             findings,
             table_has_rows: true,
-            messages: false,
+            message_prefix: None,
             spilled_runs: 0,
+            phases: [Duration::ZERO; 3],
             elapsed: Duration::ZERO,
         }
     }
