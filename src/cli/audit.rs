@@ -48,13 +48,13 @@ pub const EXIT_FOUND: u8 = 1;
 /// insert-then-delete helper), or PostgreSQL or Kafka failed.
 pub const EXIT_CANNOT: u8 = 3;
 
-/// Rows read per query: ten times a backfill's, since the audit waits for
+/// Rows read per query: five times a backfill's, since the audit waits for
 /// no broker between pages; each page is a query of its own (a keyset, as
 /// for backfill), which an index on the time column makes cheap.
-pub const DEFAULT_BATCH: usize = 10_000;
+pub const DEFAULT_BATCH: usize = 5_000;
 
 /// What each side may hold in memory before it spills to disk.
-const SORT_BUDGET: usize = 16 << 20;
+const SORT_BUDGET: usize = 8 << 20;
 
 /// The delivery mode the audit judges duplicates by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -51,15 +51,18 @@ pub(crate) struct RecordCounts {
 }
 
 /// The consumer: the connection and security settings of `[kafka]`, no
-/// group membership, nothing committed, `read_committed`, and a bounded
-/// prefetch queue.
+/// group membership, nothing committed, `read_committed`, and small fetches
+/// and prefetch queue (librdkafka's defaults, 50 MB fetches and a 64 MB
+/// queue, would be most of the audit's memory; a 1 MB fetch per partition
+/// still reads about 100,000 records a second here).
 pub(crate) fn consumer_config(mut base: ClientConfig) -> ClientConfig {
     base.set("group.id", "outboxd-audit")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
         .set("isolation.level", "read_committed")
-        .set("queued.max.messages.kbytes", "16384");
+        .set("fetch.max.bytes", "4194304")
+        .set("queued.max.messages.kbytes", "4096");
     base
 }
 

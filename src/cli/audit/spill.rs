@@ -8,6 +8,9 @@ use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 
+/// What the allocator adds to an entry's (two) heap allocations, about.
+const ALLOCATION_OVERHEAD: usize = 32;
+
 /// What a [`Sorter`] sorts: ordered, and written to and read from a run.
 pub(crate) trait Entry: Ord + Sized {
     fn encode(&self, out: &mut impl Write) -> io::Result<()>;
@@ -38,7 +41,9 @@ impl<T: Entry> Sorter<T> {
     }
 
     pub(crate) fn push(&mut self, entry: T) -> io::Result<()> {
-        self.bytes += entry.heap_size() + std::mem::size_of::<T>();
+        // The entry in the buffer (which may have twice the room it uses),
+        // and its heap parts with the allocator's overhead.
+        self.bytes += entry.heap_size() + 2 * std::mem::size_of::<T>() + ALLOCATION_OVERHEAD;
         self.buffer.push(entry);
         self.pushed += 1;
         if self.bytes >= self.budget {
