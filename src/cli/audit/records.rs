@@ -56,12 +56,18 @@ pub(crate) struct RecordCounts {
 /// queue, would be most of the audit's memory; a 1 MB fetch per partition
 /// still reads about 100,000 records a second here).
 pub(crate) fn consumer_config(mut base: ClientConfig) -> ClientConfig {
+    // librdkafka wants a fetch to hold at least one message.max.bytes.
+    let fetch = base
+        .get("message.max.bytes")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        .max(4 << 20);
     base.set("group.id", "outboxd-audit")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
         .set("isolation.level", "read_committed")
-        .set("fetch.max.bytes", "4194304")
+        .set("fetch.max.bytes", fetch.to_string())
         .set("queued.max.messages.kbytes", "4096");
     base
 }
@@ -208,4 +214,36 @@ pub(crate) fn read(
         }
     }
     Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_range_is_half_open() {
+        let r = TimeRange {
+            since_ms: 10,
+            until_ms: Some(20),
+        };
+        assert!(!r.contains(9) && r.contains(10) && r.contains(19) && !r.contains(20));
+        let open = TimeRange {
+            since_ms: 10,
+            until_ms: None,
+        };
+        assert!(open.contains(i64::MAX) && !open.contains(9));
+    }
+
+    #[test]
+    fn a_fetch_holds_the_largest_message() {
+        let mut base = ClientConfig::new();
+        assert_eq!(
+            consumer_config(base.clone()).get("fetch.max.bytes"),
+            Some("4194304")
+        );
+        base.set("message.max.bytes", "10000000");
+        let c = consumer_config(base);
+        assert_eq!(c.get("fetch.max.bytes"), Some("10000000"));
+        assert_eq!(c.get("isolation.level"), Some("read_committed"));
+    }
 }
