@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
@@ -106,31 +107,35 @@ fn count(lines: &[String], prefix: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_consumer_applies_each_event_once_through_duplicates_a_crash_and_a_rebalance() {
-    const EVENTS: i64 = 2000;
+    const EVENTS: i64 = 6000;
     let broker = shared();
     let e = env(broker.bootstrap(), "inbox", "");
     e.pg.create_database("consumer");
     let db = e.pg.url("postgres", Some("postgres"), "consumer");
     let bin = tokio::task::block_in_place(|| example("consumer_inbox"));
     let relay = Relay::start(&e);
-    // The seed's payment example: payment.completed for 20 users.
-    e.pg.psql(
-        "app",
-        &format!(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
-             SELECT 'payment', 'pay-' || i, 'payment.completed', \
-                    jsonb_build_object('paymentId', 'pay-' || i, 'userId', 'user-' || i % 20, \
-                                       'amount', 100 + i, 'currency', 'KGS') \
-             FROM generate_series(1, {EVENTS}) AS i"
-        ),
-    );
+    // The seed's payment example: payment.completed for 20 users, in two
+    // halves (the second once two consumers share the group).
+    let payments = |from: i64, to: i64| {
+        e.pg.psql(
+            "app",
+            &format!(
+                "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                 SELECT 'payment', 'pay-' || i, 'payment.completed', \
+                        jsonb_build_object('paymentId', 'pay-' || i, 'userId', 'user-' || i % 20, \
+                                           'amount', 100 + i, 'currency', 'KGS') \
+                 FROM generate_series({from}, {to}) AS i"
+            ),
+        )
+    };
+    let half = EVENTS / 2;
+    payments(1, half);
     let topic = "inbox.payment";
     tokio::task::block_in_place(|| {
         wait_for("the events in Kafka", Duration::from_secs(60), || {
-            broker.record_count(topic) >= EVENTS as usize
+            broker.record_count(topic) >= half as usize
         })
     });
-    drop(relay);
 
     // Duplicates at-least-once: 50 records written again as they are.
     let copies = broker.consume_all(topic, 50, Duration::from_secs(30));
@@ -157,8 +162,8 @@ async fn the_inbox_consumer_applies_each_event_once_through_duplicates_a_crash_a
             .unwrap_or_else(|(e, _)| panic!("produce: {e}"));
     }
     producer.flush(Duration::from_secs(30)).unwrap();
+    assert_eq!(broker.record_count(topic), half as usize + copies.len());
     let total = EVENTS as usize + copies.len();
-    assert_eq!(broker.record_count(topic), total);
 
     let dir = e.dir.path();
     // A consumer killed right after its 60th database commit, before that
@@ -185,17 +190,41 @@ async fn the_inbox_consumer_applies_each_event_once_through_duplicates_a_crash_a
 
     // Two consumers of the group, the second joining while the first is
     // busy: a rebalance moves partitions between them mid-stream.
-    let a = Consumer::start(&bin, broker.bootstrap(), &db, dir, &["--idle-exit-s", "8"]);
+    let a = Consumer::start(&bin, broker.bootstrap(), &db, dir, &["--idle-exit-s", "20"]);
     tokio::task::block_in_place(|| {
         wait_for(
             "the first consumer to get going",
             Duration::from_secs(60),
-            || inbox() > 150,
+            || inbox() > 60,
         )
     });
-    let b = Consumer::start(&bin, broker.bootstrap(), &db, dir, &["--idle-exit-s", "8"]);
+    let b = Consumer::start(&bin, broker.bootstrap(), &db, dir, &["--idle-exit-s", "20"]);
+    // Once both are members, the second half: each consumer owns some of
+    // the partitions it lands on.
+    let group: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", "inbox-test-observer")
+        .create()
+        .unwrap();
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "both consumers in the group",
+            Duration::from_secs(90),
+            || {
+                group
+                    .fetch_group_list(Some("notifications"), Duration::from_secs(5))
+                    .is_ok_and(|l| {
+                        l.groups()
+                            .iter()
+                            .any(|g| g.state() == "Stable" && g.members().len() == 2)
+                    })
+            },
+        )
+    });
+    payments(half + 1, EVENTS);
     let (sa, erra, la) = tokio::task::block_in_place(|| a.wait(Duration::from_secs(180)));
     let (sb, errb, lb) = tokio::task::block_in_place(|| b.wait(Duration::from_secs(180)));
+    drop(relay);
     assert!(sa.success(), "{erra}");
     assert!(sb.success(), "{errb}");
 
