@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use outboxd::cli::{backfill, check, settings, tail};
+use outboxd::cli::{audit, backfill, check, settings, tail};
 use outboxd::config::{Config, ConfigError, LogFormat};
 use outboxd::source::session::SourceSettings;
 
@@ -98,6 +98,44 @@ enum Command {
         /// several; one table per backfill.
         #[arg(long)]
         table: Option<String>,
+    },
+    /// Compare the outbox rows committed in [--since, --until) with the
+    /// records of the topics they route to: missing, duplicated, out of
+    /// order per key, wrong key or topic. Reads the table and Kafka
+    /// (read_committed); sends nothing, moves no slot.
+    /// Exit code 0: nothing missing or out of order (duplicates allowed
+    /// at-least-once); 1: events missing or out of order (or duplicated,
+    /// exactly-once); 2: invalid configuration; 3: cannot audit (no rows
+    /// left to compare, or PostgreSQL or Kafka failed).
+    Audit {
+        /// Configuration file (TOML). Optional when OUTBOXD_<SECTION>__<KEY>
+        /// variables supply every required key; they win over the file.
+        #[arg(long, short, env = "OUTBOXD_CONFIG")]
+        config: Option<PathBuf>,
+        /// Rows from this time on (inclusive), as for backfill: RFC 3339 or
+        /// any PostgreSQL timestamptz literal.
+        #[arg(long)]
+        since: String,
+        /// Rows before this time (exclusive); default: when the audit starts.
+        #[arg(long)]
+        until: Option<String>,
+        /// The outbox table to audit (schema.name); default: every one.
+        #[arg(long)]
+        table: Option<String>,
+        /// The column the range applies to. Default: outbox.columns.timestamp
+        /// if set, else created_at.
+        #[arg(long)]
+        time_column: Option<String>,
+        /// text: counts and the first 20 ids of each list; json: everything.
+        #[arg(long, value_enum, default_value_t = audit::Format::Text)]
+        format: audit::Format,
+        /// Judge duplicates as this delivery mode does. Default: the
+        /// relay's mode (at-least-once, the only one today).
+        #[arg(long, value_enum)]
+        mode: Option<audit::DeliveryMode>,
+        /// Rows read per query.
+        #[arg(long, default_value_t = audit::DEFAULT_BATCH)]
+        batch_size: usize,
     },
     /// Check that PostgreSQL and Kafka are ready for `run`, creating nothing.
     /// Exit code 0: ready; 1: a check failed; 2: unreadable configuration.
@@ -241,10 +279,32 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 )));
             }
         }
-        // Dispatched in `main`: it has exit codes of its own.
+        // Dispatched in `main`: they have exit codes of their own.
         Command::Check { .. } => unreachable!("`check` is run by main"),
+        Command::Audit { .. } => unreachable!("`audit` is run by main"),
     }
     Ok(())
+}
+
+/// `outboxd audit`: its report on stdout, its own exit codes.
+async fn run_audit(config: Option<&Path>, opts: &audit::AuditOptions) -> u8 {
+    let (cfg, source) = match load(config, true) {
+        Ok(loaded) => loaded,
+        Err(Failure::Config(e)) | Err(Failure::Runtime(e)) => {
+            eprintln!("outboxd: {e:#}");
+            return EXIT_CONFIG;
+        }
+    };
+    let progress = audit::Progress::for_stderr();
+    let mut stdout = std::io::stdout();
+    match audit::run(&cfg, &source, opts, &mut stdout, &progress).await {
+        Ok(code) => code,
+        Err(e) => {
+            progress.finish();
+            eprintln!("outboxd: cannot audit: {e:#}");
+            audit::EXIT_CANNOT
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -262,6 +322,28 @@ fn main() -> ExitCode {
     };
     if let Command::Check { config } = &cli.command {
         return ExitCode::from(rt.block_on(check::run(config.as_deref(), &mut std::io::stdout())));
+    }
+    if let Command::Audit {
+        config,
+        since,
+        until,
+        table,
+        time_column,
+        format,
+        mode,
+        batch_size,
+    } = cli.command
+    {
+        let opts = audit::AuditOptions {
+            since,
+            until,
+            table,
+            time_column,
+            format,
+            mode,
+            batch: batch_size,
+        };
+        return ExitCode::from(rt.block_on(run_audit(config.as_deref(), &opts)));
     }
     let (code, e) = match rt.block_on(run(cli)) {
         Ok(()) => return ExitCode::SUCCESS,

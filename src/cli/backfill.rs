@@ -15,7 +15,7 @@
 
 mod progress;
 mod query;
-mod rows;
+pub(crate) mod rows;
 mod send;
 
 use std::collections::BTreeMap;

@@ -1,6 +1,7 @@
 //! Command-line entry points. The binary only parses arguments, sets up
 //! logging and adds context to errors; the work happens in these functions.
 
+pub mod audit;
 pub mod backfill;
 pub mod check;
 pub mod malloc;

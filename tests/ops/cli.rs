@@ -26,7 +26,7 @@ fn outboxd(sub: &str, config: &Path, env: &[(&str, &str)]) -> Output {
     if sub == "tail" {
         cmd.args(["--limit", "0"]);
     }
-    if sub == "backfill" {
+    if sub == "backfill" || sub == "audit" {
         cmd.args(["--since", "2026-12-01T00:00:00Z"]);
     }
     let out = cmd
@@ -44,7 +44,7 @@ fn outboxd(sub: &str, config: &Path, env: &[(&str, &str)]) -> Output {
     }
 }
 
-const SUBCOMMANDS: [&str; 4] = ["run", "tail", "check", "backfill"];
+const SUBCOMMANDS: [&str; 5] = ["run", "tail", "check", "backfill", "audit"];
 
 /// A TOML syntax error on the url line (the closing quote is missing), with
 /// the password written into the file and substituted from the environment.

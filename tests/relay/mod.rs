@@ -1,9 +1,11 @@
-//! `outboxd run` (and `outboxd backfill`) against a real PostgreSQL and a
+//! `outboxd run` (and `outboxd backfill`, `outboxd audit`) against a real PostgreSQL and a
 //! real Kafka broker: the delivery guarantees, including under faults.
 
+mod audit;
 mod backfill;
 mod backpressure;
 mod column_types;
+mod consumer_inbox;
 mod dead_link;
 mod e2e;
 mod faults;
