@@ -3,5 +3,6 @@
 
 pub mod backfill;
 pub mod check;
+pub mod health;
 pub mod settings;
 pub mod tail;
