@@ -100,7 +100,12 @@ if [[ -n $binary ]]; then
   # Dockerfile copies.
   ctx=$(mktemp -d)
   trap 'rm -rf "$ctx"' EXIT
-  cp "$binary" "$ctx/outboxd"
+  # Without debug info, as the builder stage makes it (symbols stay).
+  if command -v objcopy >/dev/null; then
+    objcopy --strip-debug "$binary" "$ctx/outboxd"
+  else
+    cp "$binary" "$ctx/outboxd"
+  fi
   args+=(--build-arg OUTBOXD_BINARY=prebuilt --build-context "outboxd-bin=$ctx")
 fi
 
