@@ -132,6 +132,48 @@ fn linked_packages() -> BTreeSet<String> {
     pkgs
 }
 
+/// Each include_str!/include_bytes! under src/ outside tests: (the file,
+/// the path it includes relative to the repository root).
+fn compile_time_includes() -> Vec<(String, std::path::PathBuf)> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = repo();
+    let mut files = Vec::new();
+    walk(&root.join("src"), &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let name = f.file_name().unwrap().to_string_lossy();
+        if name == "tests.rs" || name.ends_with("_tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for macro_name in ["include_str!(\"", "include_bytes!(\""] {
+            for part in text.split(macro_name).skip(1) {
+                let rel = part.split('"').next().unwrap();
+                let target = f.parent().unwrap().join(rel);
+                let target = std::fs::canonicalize(&target)
+                    .unwrap_or_else(|e| panic!("{}: {rel}: {e}", f.display()));
+                let inside = target
+                    .strip_prefix(std::fs::canonicalize(&root).unwrap())
+                    .unwrap()
+                    .to_path_buf();
+                let shown = f.strip_prefix(&root).unwrap().display().to_string();
+                found.push((shown, inside));
+            }
+        }
+    }
+    assert!(!found.is_empty(), "no include_str! found under src/");
+    found
+}
+
 #[test]
 fn dockerfile_builds_and_runs_what_the_binary_needs() {
     let stages = dockerfile_stages();
@@ -229,6 +271,28 @@ fn dockerfile_builds_and_runs_what_the_binary_needs() {
         health[0].ends_with("CMD [\"outboxd\", \"health\"]"),
         "{health:?}"
     );
+
+    // What the source includes at compile time is in the builder stage
+    // (src/config/overrides.rs includes config/outboxd.toml).
+    let copied: Vec<String> = arg(build, "COPY")
+        .iter()
+        .flat_map(|c| {
+            let words: Vec<&str> = c.split_whitespace().collect();
+            words[..words.len() - 1]
+                .iter()
+                .map(|w| w.trim_end_matches('/').to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for (file, included) in compile_time_includes() {
+        assert!(
+            copied
+                .iter()
+                .any(|c| included == Path::new(c) || included.starts_with(c)),
+            "{file} includes {}, which the builder stage does not COPY",
+            included.display()
+        );
+    }
 
     // Every file COPYed from the context exists and is let through by
     // docker/Dockerfile.dockerignore (which excludes everything else).
