@@ -5,14 +5,18 @@
 # PostgreSQL 15 server and client, Java 17 and Maven for the Kafka broker,
 # Prometheus (its server and promtool check the dashboards and alert rules in
 # docker/), python3-venv for the test clients' venvs (scripts/python.sh,
-# scripts/helm.sh), and the unprivileged user that runs test servers when we
-# are root.
+# scripts/helm.sh), podman with runc and mmdebstrap (the tests build and run
+# the container image; mmdebstrap makes its base where no registry can be
+# reached: scripts/image.sh), and the unprivileged user that runs test
+# servers when we are root. No libcurl headers: rdkafka's curl-static
+# feature builds libcurl from source.
 # Idempotent: does nothing (and asks no registry) when all is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake pkg-config libssl-dev libcurl4-openssl-dev zlib1g-dev libzstd-dev
-  postgresql-15 postgresql-client-15 openssl openjdk-17-jre-headless maven python3 python3-venv curl prometheus)
+packages=(build-essential cmake pkg-config libssl-dev zlib1g-dev libzstd-dev
+  postgresql-15 postgresql-client-15 openssl openjdk-17-jre-headless maven python3 python3-venv curl prometheus
+  podman runc mmdebstrap)
 if [[ ,${OUTBOXD_FEATURES:-}, == *,gssapi,* ]]; then packages+=(libsasl2-dev); fi
 # apt-get that waits (up to 10 minutes) for another apt or dpkg, such as
 # unattended-upgrades on a fresh machine, instead of failing on its lock.

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use outboxd::cli::{audit, backfill, check, settings, tail};
+use outboxd::cli::{audit, backfill, check, health, settings, tail};
 use outboxd::config::{Config, ConfigError, LogFormat};
 use outboxd::source::session::SourceSettings;
 
@@ -140,6 +140,16 @@ enum Command {
     /// Check that PostgreSQL and Kafka are ready for `run`, creating nothing.
     /// Exit code 0: ready; 1: a check failed; 2: unreadable configuration.
     Check {
+        /// Configuration file (TOML). Optional when OUTBOXD_<SECTION>__<KEY>
+        /// variables supply every required key; they win over the file.
+        #[arg(long, short, env = "OUTBOXD_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Ask the running relay's /readyz at `[metrics] listen` of the same
+    /// configuration (the container image's HEALTHCHECK).
+    /// Exit code 0: ready; 1: not ready or not answering; 2: invalid
+    /// configuration or no `[metrics] listen`.
+    Health {
         /// Configuration file (TOML). Optional when OUTBOXD_<SECTION>__<KEY>
         /// variables supply every required key; they win over the file.
         #[arg(long, short, env = "OUTBOXD_CONFIG")]
@@ -282,6 +292,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         // Dispatched in `main`: they have exit codes of their own.
         Command::Check { .. } => unreachable!("`check` is run by main"),
         Command::Audit { .. } => unreachable!("`audit` is run by main"),
+        Command::Health { .. } => unreachable!("`health` is run by main"),
     }
     Ok(())
 }
@@ -307,9 +318,30 @@ async fn run_audit(config: Option<&Path>, opts: &audit::AuditOptions) -> u8 {
     }
 }
 
+/// `outboxd health`: the configuration gives the address; no logging is set
+/// up, so a health check every few seconds writes one line, not a log.
+fn health_check(path: Option<&Path>) -> u8 {
+    let listen = match Config::load(path) {
+        Ok(cfg) => cfg.metrics.listen,
+        Err(e) => {
+            let what = path.map_or("(from the environment)".into(), |p| p.display().to_string());
+            eprintln!("outboxd: invalid configuration {what}: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let Some(listen) = listen else {
+        eprintln!("outboxd: metrics.listen is not set: there is no /readyz to ask");
+        return EXIT_CONFIG;
+    };
+    health::run(listen, &mut std::io::stdout())
+}
+
 fn main() -> ExitCode {
     outboxd::cli::malloc::limit_arenas();
     let cli = Cli::parse();
+    if let Command::Health { config } = &cli.command {
+        return ExitCode::from(health_check(config.as_deref()));
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

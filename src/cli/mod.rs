@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod backfill;
 pub mod check;
+pub mod health;
 pub mod malloc;
 pub mod settings;
 pub mod tail;

@@ -1,5 +1,5 @@
 //! The binary as operators run it: exit codes, and no secret in any output.
-//! `run`, `tail`, `check` and `backfill` exit 2 on a configuration they
+//! `run`, `tail`, `check`, `backfill` and `health` exit 2 on a configuration they
 //! cannot use (a supervisor can tell that from an outage), and never print a
 //! password, not even when quoting a broken line of the file. A halted
 //! relay stops at once on SIGTERM.
@@ -44,7 +44,7 @@ fn outboxd(sub: &str, config: &Path, env: &[(&str, &str)]) -> Output {
     }
 }
 
-const SUBCOMMANDS: [&str; 5] = ["run", "tail", "check", "backfill", "audit"];
+const SUBCOMMANDS: [&str; 6] = ["run", "tail", "check", "backfill", "audit", "health"];
 
 /// A TOML syntax error on the url line (the closing quote is missing), with
 /// the password written into the file and substituted from the environment.

@@ -1,13 +1,16 @@
 //! Operations: metrics and health endpoints, `outboxd check`, exit codes and
 //! secrets in the output of every subcommand, logs, and the
-//! Prometheus dashboards and alert rules, against real servers.
+//! Prometheus dashboards and alert rules, the container image built and run,
+//! and the plain release build without libcurl headers, against real servers.
 
 pub(crate) mod check;
 mod cli;
 mod env_overrides;
 mod helm;
+mod image;
 mod ledger_check;
 mod logs;
 mod metrics;
+mod plain_build;
 mod prometheus;
 mod readiness;

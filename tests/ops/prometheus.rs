@@ -26,7 +26,7 @@ mod names;
 mod server;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -307,10 +307,12 @@ fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_a_real_relay
     );
 
     // docker-compose.yml's health check passes against a ready relay.
-    let healthcheck = compose_healthcheck(&metrics_addr);
-    if let Some(script) = &healthcheck {
-        assert!(bash(script), "compose health check failed on a ready relay");
-    }
+    let healthy = compose_healthcheck(&e.config, &metrics_addr);
+    assert_ne!(
+        healthy,
+        Some(false),
+        "compose health check failed on a ready relay"
+    );
 
     // The rules: all loaded and evaluated without error.
     let rules = poll(
@@ -458,19 +460,20 @@ fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_a_real_relay
     assert_eq!(series.len(), 1, "`{q}`: {series:?}");
     assert_eq!(series[0]["value"][1], "1", "`{q}`");
     // Not ready any more: the compose health check says so.
-    if let Some(script) = &healthcheck {
-        assert!(
-            !bash(script),
+    if healthy.is_some() {
+        assert_eq!(
+            compose_healthcheck(&e.config, &metrics_addr),
+            Some(false),
             "compose health check passed on a halted relay"
         );
     }
     drop(prom);
 }
 
-/// docker-compose.yml's health check script for outboxd (`CMD bash -c
-/// SCRIPT`), aimed at `addr` instead of the container's 127.0.0.1:9187;
-/// `None` without PyYAML.
-fn compose_healthcheck(addr: &str) -> Option<String> {
+/// docker-compose.yml's health check for outboxd (`CMD outboxd health`), run
+/// by the binary under test with the relay's configuration: true when it
+/// exits 0; `None` without PyYAML.
+fn compose_healthcheck(config: &Path, metrics_addr: &str) -> Option<bool> {
     let compose = files::yaml("docker/docker-compose.yml")?;
     let test: Vec<&str> = compose["services"]["outboxd"]["healthcheck"]["test"]
         .as_array()
@@ -478,25 +481,19 @@ fn compose_healthcheck(addr: &str) -> Option<String> {
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    assert_eq!(test[..3], ["CMD", "bash", "-c"]);
-    let (host, port) = addr.rsplit_once(':').unwrap();
-    let script = test[3].replace(
-        "/dev/tcp/127.0.0.1/9187",
-        &format!("/dev/tcp/{host}/{port}"),
+    assert_eq!(test[..2], ["CMD", "outboxd"]);
+    let out = Command::new(crate::harness::outboxd::bin())
+        .args(&test[2..])
+        .env("OUTBOXD_CONFIG", config)
+        .env("OUTBOXD_METRICS_LISTEN", metrics_addr)
+        .output()
+        .unwrap();
+    eprintln!(
+        "compose health check: {} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout).trim()
     );
-    assert_ne!(
-        script, test[3],
-        "the health check does not ask 127.0.0.1:9187"
-    );
-    Some(script)
-}
-
-fn bash(script: &str) -> bool {
-    Command::new("bash")
-        .args(["-c", script])
-        .status()
-        .unwrap()
-        .success()
+    Some(out.status.success())
 }
 
 /// The dashboard expression with Grafana's variables replaced by values:

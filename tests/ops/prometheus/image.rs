@@ -1,6 +1,7 @@
-//! The container image without Docker: the Dockerfile against what the
-//! binary really links and what the repository holds, and the image's
+//! The container image's files: the Dockerfile against what the binary
+//! really links and what the repository holds, and the image's
 //! configuration (`docker/outboxd.toml`) parsed as outboxd parses it.
+//! `ops::image` builds the image and runs it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -49,10 +50,11 @@ fn container_config_defaults_to_the_compose_stack_and_reads_the_environment() {
     assert_eq!(cfg.metrics.listen.unwrap().port(), 9300);
 }
 
-/// Dockerfile instructions (continuations joined, comments dropped), by stage.
+/// Dockerfile instructions (continuations joined, comments dropped), by
+/// stage; the first "stage" holds the global ARGs before the first FROM.
 fn dockerfile_stages() -> Vec<Vec<(String, String)>> {
     let text = read("docker/Dockerfile");
-    let mut stages: Vec<Vec<(String, String)>> = Vec::new();
+    let mut stages: Vec<Vec<(String, String)>> = vec![Vec::new()];
     let mut current = String::new();
     for line in text.lines() {
         let t = line.trim();
@@ -130,10 +132,51 @@ fn linked_packages() -> BTreeSet<String> {
     pkgs
 }
 
+/// Each include_str!/include_bytes! under src/ outside tests: (the file,
+/// the path it includes relative to the repository root).
+fn compile_time_includes() -> Vec<(String, std::path::PathBuf)> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = repo();
+    let mut files = Vec::new();
+    walk(&root.join("src"), &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let name = f.file_name().unwrap().to_string_lossy();
+        if name == "tests.rs" || name.ends_with("_tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for macro_name in ["include_str!(\"", "include_bytes!(\""] {
+            for part in text.split(macro_name).skip(1) {
+                let rel = part.split('"').next().unwrap();
+                let target = f.parent().unwrap().join(rel);
+                let target = std::fs::canonicalize(&target)
+                    .unwrap_or_else(|e| panic!("{}: {rel}: {e}", f.display()));
+                let inside = target
+                    .strip_prefix(std::fs::canonicalize(&root).unwrap())
+                    .unwrap()
+                    .to_path_buf();
+                let shown = f.strip_prefix(&root).unwrap().display().to_string();
+                found.push((shown, inside));
+            }
+        }
+    }
+    assert!(!found.is_empty(), "no include_str! found under src/");
+    found
+}
+
 #[test]
 fn dockerfile_builds_and_runs_what_the_binary_needs() {
     let stages = dockerfile_stages();
-    assert_eq!(stages.len(), 2, "a build stage and a runtime stage");
     let arg = |stage: &[(String, String)], op: &str| -> Vec<String> {
         stage
             .iter()
@@ -141,21 +184,46 @@ fn dockerfile_builds_and_runs_what_the_binary_needs() {
             .map(|(_, a)| a.clone())
             .collect()
     };
-    let (build, run) = (&stages[0], &stages[1]);
-    assert_eq!(arg(build, "FROM"), ["rust:1-bookworm AS builder"]);
+    let froms: Vec<String> = stages[1..]
+        .iter()
+        .map(|s| arg(s, "FROM")[0].clone())
+        .collect();
+    assert_eq!(
+        froms,
+        [
+            "rust:1-bookworm AS builder",
+            "scratch AS prebuilt",
+            "${OUTBOXD_BINARY} AS binary",
+            "${DEBIAN} AS rootfs",
+            "scratch"
+        ],
+        "builder, prebuilt, the binary of either, the runtime files, the image"
+    );
+    assert_eq!(
+        arg(&stages[0], "ARG"),
+        ["OUTBOXD_BINARY=builder", "DEBIAN=debian:bookworm-slim"]
+    );
+    let (build, prebuilt, rootfs, run) = (&stages[1], &stages[2], &stages[4], &stages[5]);
     let build_pkgs: BTreeSet<String> = arg(build, "RUN")
         .iter()
         .flat_map(|r| apt_packages(r))
         .collect();
-    // No libsasl2-dev: GSSAPI is the opt-in `gssapi` feature.
-    for p in ["cmake", "libssl-dev", "libcurl4-openssl-dev", "libzstd-dev"] {
-        assert!(build_pkgs.contains(p), "build stage lacks {p}");
-    }
-    assert_eq!(arg(run, "FROM"), ["debian:bookworm-slim"]);
+    // No libsasl2-dev (GSSAPI is the opt-in `gssapi` feature), no libcurl
+    // headers (rdkafka's `curl-static` builds its own).
+    assert_eq!(
+        build_pkgs,
+        ["cmake", "libssl-dev", "pkg-config"]
+            .map(String::from)
+            .into()
+    );
+    assert_eq!(
+        arg(prebuilt, "COPY"),
+        ["--from=outboxd-bin outboxd /usr/local/bin/outboxd"]
+    );
 
-    // The runtime installs exactly the libraries the binary links (beyond
-    // the base image's libc, libgcc and zlib), plus CA certificates.
-    let runtime_pkgs: BTreeSet<String> = arg(run, "RUN")
+    // The runtime files come from exactly the libraries the binary links
+    // (beyond the base image's libc, libgcc and zlib), plus CA certificates.
+    let runtime_pkgs: BTreeSet<String> = arg(rootfs, "RUN")
         .iter()
         .flat_map(|r| apt_packages(r))
         .collect();
@@ -169,26 +237,25 @@ fn dockerfile_builds_and_runs_what_the_binary_needs() {
         "runtime packages (the binary links {linked:?})"
     );
 
-    // A non-root user, by number (Kubernetes' runAsNonRoot checks it).
-    let runs = arg(run, "RUN").join(" ");
+    // A non-root user, by number (Kubernetes' runAsNonRoot checks it),
+    // named in the image's /etc/passwd.
+    let runs = arg(rootfs, "RUN").join(" ");
     let uid = runs
-        .split("--uid ")
+        .split("'outboxd:x:")
         .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .expect("useradd --uid");
-    assert!(
-        runs.contains("--user-group") && runs.trim_end().ends_with(" outboxd"),
-        "useradd ... outboxd"
-    );
+        .and_then(|r| r.split(':').next())
+        .expect("the passwd line of user outboxd");
+    assert!(runs.contains(&format!("'outboxd:x:{uid}:' > /rootfs/etc/group")));
     assert_eq!(arg(run, "USER"), [format!("{uid}:{uid}")]);
     assert_ne!(uid, "0");
 
-    // Entry point, default command and port agree with the config it copies
-    // in and the compose stack mounts.
+    // Entry point, default command, health check and port agree with the
+    // config it copies in and the compose stack mounts.
     assert_eq!(arg(run, "ENTRYPOINT"), ["[\"outboxd\"]"]);
+    assert_eq!(arg(run, "CMD"), ["[\"run\"]"]);
     assert_eq!(
-        arg(run, "CMD"),
-        ["[\"run\", \"--config\", \"/etc/outboxd/outboxd.toml\"]"]
+        arg(run, "ENV"),
+        ["OUTBOXD_CONFIG=/etc/outboxd/outboxd.toml"]
     );
     assert!(arg(run, "COPY").contains(&"docker/outboxd.toml /etc/outboxd/outboxd.toml".to_string()));
     let port = container_config(&BTreeMap::new())
@@ -198,10 +265,34 @@ fn dockerfile_builds_and_runs_what_the_binary_needs() {
         .port();
     assert_eq!(arg(run, "EXPOSE"), [port.to_string()]);
     assert!(read("docker/prometheus/prometheus.yml").contains(&format!("\"outboxd:{port}\"")));
+    let health = arg(run, "HEALTHCHECK");
+    assert_eq!(health.len(), 1);
     assert!(
-        arg(run, "HEALTHCHECK").is_empty(),
-        "see the comment in docker/Dockerfile"
+        health[0].ends_with("CMD [\"outboxd\", \"health\"]"),
+        "{health:?}"
     );
+
+    // What the source includes at compile time is in the builder stage
+    // (src/config/overrides.rs includes config/outboxd.toml).
+    let copied: Vec<String> = arg(build, "COPY")
+        .iter()
+        .flat_map(|c| {
+            let words: Vec<&str> = c.split_whitespace().collect();
+            words[..words.len() - 1]
+                .iter()
+                .map(|w| w.trim_end_matches('/').to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for (file, included) in compile_time_includes() {
+        assert!(
+            copied
+                .iter()
+                .any(|c| included == Path::new(c) || included.starts_with(c)),
+            "{file} includes {}, which the builder stage does not COPY",
+            included.display()
+        );
+    }
 
     // Every file COPYed from the context exists and is let through by
     // docker/Dockerfile.dockerignore (which excludes everything else).
