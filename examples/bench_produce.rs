@@ -54,6 +54,17 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
+    // Connected before anything is timed, as a relay that has been running
+    // is (librdkafka asks for the producer id as soon as it connects).
+    let (connected, wait) = std::sync::mpsc::channel();
+    sink.when_connected(move || {
+        let _ = connected.send(());
+    });
+    if wait.recv_timeout(Duration::from_secs(30)).is_err() {
+        eprintln!("bench_produce: no broker answered within 30 s");
+        std::process::exit(1);
+    }
+    std::thread::sleep(Duration::from_millis(200));
     let bursts = args.count.div_ceil(args.txn);
     let mean_gap_s = args.txn as f64 / args.rate as f64;
     let mut due = Instant::now();

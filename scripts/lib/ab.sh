@@ -6,6 +6,7 @@
 #   ab_build_baseline REV   builds REV's outboxd (release) into its own target
 #                           dir, once per commit; sets $ab_base_bin
 #                           (BENCH_BASELINE_BIN=PATH: that binary instead)
+#   outboxd_toml DB SLOT    the default configuration for DB and SLOT (stdout)
 #   ab_phase TXN REPS       one backlog of $events events in TXN-row
 #                           transactions; REPS rounds of A, B and the ceiling
 #
@@ -19,6 +20,18 @@
 # wait_consumer, stop_relay, put, now_ms) and its variables.
 
 ab_base_bin=
+
+# The configuration every drain starts from: the defaults but for the
+# database, the slot and the broker.
+outboxd_toml() { # db slot
+  cat <<CONF
+[postgres]
+url = "$PG_URL_BASE/$1?sslmode=disable"
+slot = "$2"
+[kafka]
+brokers = "$KAFKA_BROKERS"
+CONF
+}
 
 ab_build_baseline() { # rev
   if [[ -n ${BENCH_BASELINE_BIN:-} ]]; then
@@ -57,12 +70,8 @@ ab_drain_outboxd() { # binary db slot run count
   port=$(servers_free_port)
   # Metrics on, statistics every second: the produce requests of the drain
   # are read from /metrics at its end (a build without that counter gives 0).
-  cat >"$dir/$run.toml" <<CONF
-[postgres]
-url = "$PG_URL_BASE/$db?sslmode=disable"
-slot = "$slot"
-[kafka]
-brokers = "$KAFKA_BROKERS"
+  outboxd_toml "$db" "$slot" >"$dir/$run.toml"
+  cat >>"$dir/$run.toml" <<CONF
 [kafka.properties]
 "statistics.interval.ms" = "1000"
 [routing]

@@ -14,7 +14,7 @@
 #   from the payload's writer clock.
 #
 # Needs bench.sh's helpers (write_events, start_consumer, wait_consumer,
-# stop_relay, put) and scripts/lib/ab.sh's $ab_base_bin.
+# stop_relay, put) and scripts/lib/ab.sh's $ab_base_bin and outboxd_toml.
 
 floor_shapes=${BENCH_FLOOR_SHAPES:-1 10}
 
@@ -22,13 +22,7 @@ floor_shapes=${BENCH_FLOOR_SHAPES:-1 10}
 floor_start_outboxd() { # binary db slot run
   local binary=$1 db=$2 slot=$3 run=$4 dir=$out/lat _
   servers_psql "$db" -c "SELECT pg_create_logical_replication_slot('$slot', 'pgoutput')" >/dev/null
-  cat >"$dir/$run.toml" <<CONF
-[postgres]
-url = "$PG_URL_BASE/$db?sslmode=disable"
-slot = "$slot"
-[kafka]
-brokers = "$KAFKA_BROKERS"
-CONF
+  outboxd_toml "$db" "$slot" >"$dir/$run.toml"
   "$binary" run --config "$dir/$run.toml" 2>>"$dir/$run.relay.log" &
   relay_pid=$!
   for _ in $(seq 1 100); do
@@ -85,8 +79,17 @@ floor_phase() { # rate
     reader_pid=$!
     sleep 1
     write_events lat "$db" "$run" "$txn" "$count" "$rate"
-    wait "$reader_pid" || failures+=("$run: pg_recvlogical's reader failed ($(tail -n1 "$out/lat/$run.log"))")
+    # The reader stops at its count; pg_recvlogical streams on until told,
+    # and `wait` waits for the whole pipeline.
+    local _
+    for _ in $(seq 1 300); do
+      [[ -s $out/lat/$run.json ]] && break
+      sleep 0.1
+    done
     pkill -f "pg_recvlogical.*-S lat_receipt" 2>/dev/null || true
+    wait "$reader_pid" 2>/dev/null || true
+    grep -q '"complete": true' "$out/lat/$run.json" 2>/dev/null ||
+      failures+=("$run: pg_recvlogical's reader failed ($(tail -n1 "$out/lat/$run.log"))")
     servers_psql "$db" -c "SELECT pg_drop_replication_slot('lat_receipt')" >/dev/null 2>&1 || {
       sleep 1
       servers_psql "$db" -c "SELECT pg_drop_replication_slot('lat_receipt')" >/dev/null

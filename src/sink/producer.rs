@@ -83,7 +83,7 @@ impl KafkaSink {
     /// soon as it starts: the earliest sign of a working connection, seconds
     /// before the first statistics. Never called if the sink is dropped
     /// first.
-    pub(crate) fn when_connected(&self, connected: impl FnOnce() + Send + 'static) {
+    pub fn when_connected(&self, connected: impl FnOnce() + Send + 'static) {
         let producer = Arc::downgrade(&self.producer);
         let watch = move || loop {
             let Some(producer) = producer.upgrade() else {
