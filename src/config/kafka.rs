@@ -45,6 +45,9 @@ pub struct KafkaConfig {
     /// which TOML reads as a nested table and we flatten back).
     #[serde(deserialize_with = "de_properties")]
     pub properties: BTreeMap<String, String>,
+    /// The producer's `transactional.id` with `relay.delivery =
+    /// "exactly-once"`; `None`: derived from the ledger key.
+    pub transactional_id: Option<String>,
 }
 
 impl Default for KafkaConfig {
@@ -56,12 +59,23 @@ impl Default for KafkaConfig {
             topic_replication_factor: DEFAULT_TOPIC_REPLICATION_FACTOR,
             ledger_topic: DEFAULT_LEDGER_TOPIC.to_owned(),
             properties: BTreeMap::new(),
+            transactional_id: None,
         }
     }
 }
 
 impl KafkaConfig {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self
+            .transactional_id
+            .as_deref()
+            .is_some_and(|id| id.trim().is_empty())
+        {
+            return Err(ConfigError::invalid(
+                "kafka.transactional_id",
+                "must not be empty; leave it out to derive it from the ledger key",
+            ));
+        }
         if let Some(b) = &self.brokers {
             if b.split(',').any(|s| s.trim().is_empty()) {
                 return Err(ConfigError::invalid(

@@ -47,7 +47,7 @@ pub(crate) use outbox_tables::{OutboxSection, OutboxTable};
 pub(crate) use overrides::Origin;
 
 pub(crate) use postgres::PostgresConfig;
-pub(crate) use relay::{OnError, RelayConfig};
+pub(crate) use relay::{DeliveryMode, OnError, RelayConfig};
 pub(crate) use routing::RoutingConfig;
 
 /// The whole configuration file. Every section may be omitted and then takes

@@ -44,6 +44,16 @@ pub(crate) const DEFAULT_MAX_PERMANENT_FAILURES: u32 = 3;
 /// dies: 1 s keeps that well under 5 s for one cheap query per second.
 pub(crate) const DEFAULT_STANDBY_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Events per Kafka transaction at most (exactly-once). A transaction's
+/// records are withheld from the window until it commits, so it commits at
+/// the window's size anyway; this is the same as the default window.
+pub(crate) const DEFAULT_TRANSACTION_MAX_EVENTS: usize = 2048;
+/// Longest a Kafka transaction stays open (exactly-once) while the stream
+/// is busy: a `read_committed` consumer sees nothing of it until it commits,
+/// so this bounds the latency a steady stream adds. An idle stream commits
+/// at once.
+pub(crate) const DEFAULT_TRANSACTION_MAX_DELAY: Duration = Duration::from_millis(100);
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RelayConfig {
@@ -62,6 +72,10 @@ pub struct RelayConfig {
     pub max_permanent_failures: u32,
     #[serde(deserialize_with = "de_duration")]
     pub standby_poll_interval: Duration,
+    pub delivery: DeliveryMode,
+    pub transaction_max_events: usize,
+    #[serde(deserialize_with = "de_duration")]
+    pub transaction_max_delay: Duration,
 }
 
 impl Default for RelayConfig {
@@ -76,6 +90,9 @@ impl Default for RelayConfig {
             reconnect_backoff_max: DEFAULT_RECONNECT_BACKOFF_MAX,
             max_permanent_failures: DEFAULT_MAX_PERMANENT_FAILURES,
             standby_poll_interval: DEFAULT_STANDBY_POLL_INTERVAL,
+            delivery: DeliveryMode::default(),
+            transaction_max_events: DEFAULT_TRANSACTION_MAX_EVENTS,
+            transaction_max_delay: DEFAULT_TRANSACTION_MAX_DELAY,
         }
     }
 }
@@ -93,8 +110,33 @@ pub enum OnError {
     DeadLetter,
 }
 
+/// What a consumer may rely on (`relay.delivery`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeliveryMode {
+    /// Every event at least once, per-key order kept; a crash or a takeover
+    /// repeats what was acknowledged after the last confirmation.
+    #[default]
+    AtLeastOnce,
+    /// Whole database transactions in Kafka transactions with the position
+    /// ledger inside: a `read_committed` consumer sees every event once.
+    ExactlyOnce,
+}
+
 impl RelayConfig {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.transaction_max_events == 0 {
+            return Err(ConfigError::invalid(
+                "relay.transaction_max_events",
+                format!("must be at least 1 (default {DEFAULT_TRANSACTION_MAX_EVENTS})"),
+            ));
+        }
+        if self.transaction_max_delay.is_zero() {
+            return Err(ConfigError::invalid(
+                "relay.transaction_max_delay",
+                "must be greater than zero, e.g. \"100ms\"",
+            ));
+        }
         if self.max_in_flight_events == 0 {
             return Err(ConfigError::invalid(
                 "relay.max_in_flight_events",

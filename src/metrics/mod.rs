@@ -71,6 +71,17 @@ pub(crate) const STANDBY: &str = "outboxd_standby";
 pub(crate) const CONNECTED: &str = "outboxd_connected";
 /// Seconds the confirmed position has stood still while events were pending (gauge).
 pub(crate) const STALL_SECONDS: &str = "outboxd_stall_seconds";
+/// Kafka transactions of `relay.delivery = "exactly-once"`, by `outcome`:
+/// `committed` or `aborted` (counter).
+pub(crate) const KAFKA_TRANSACTIONS: &str = "outboxd_kafka_transactions_total";
+/// Events per committed Kafka transaction (histogram).
+pub(crate) const KAFKA_TRANSACTION_EVENTS: &str = "outboxd_kafka_transaction_events";
+/// Seconds a Kafka transaction's commit took, the flush of its records
+/// included (histogram).
+pub(crate) const KAFKA_TRANSACTION_COMMIT_SECONDS: &str =
+    "outboxd_kafka_transaction_commit_seconds";
+/// Times another instance with the same transactional id fenced this one (counter).
+pub(crate) const FENCED: &str = "outboxd_fenced_total";
 /// Seconds from the PostgreSQL commit to the Kafka acknowledgement (histogram).
 pub(crate) const COMMIT_TO_ACK_SECONDS: &str = "outboxd_commit_to_ack_seconds";
 /// Seconds from receiving the event's WAL to the Kafka acknowledgement (histogram).
@@ -133,6 +144,11 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
+/// Buckets for events per Kafka transaction: 1 to 100,000.
+const TRANSACTION_EVENT_BUCKETS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 2048.0, 5000.0, 10000.0, 100000.0,
+];
+
 /// How often histogram samples are folded in when nobody scrapes, so they
 /// do not pile up in memory.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -154,11 +170,22 @@ pub fn serve(addr: SocketAddr, health: Arc<Health>) -> Result<(), MetricsError> 
         .and_then(tokio::net::TcpListener::from_std)
         .map_err(|e| err(e.to_string()))?;
     let mut builder = PrometheusBuilder::new();
-    for name in [COMMIT_TO_ACK_SECONDS, WAL_RECEIVE_TO_ACK_SECONDS] {
+    let latencies = [
+        COMMIT_TO_ACK_SECONDS,
+        WAL_RECEIVE_TO_ACK_SECONDS,
+        KAFKA_TRANSACTION_COMMIT_SECONDS,
+    ];
+    for name in latencies {
         builder = builder
             .set_buckets_for_metric(Matcher::Full(name.to_string()), LATENCY_BUCKETS)
             .map_err(|e| err(e.to_string()))?;
     }
+    builder = builder
+        .set_buckets_for_metric(
+            Matcher::Full(KAFKA_TRANSACTION_EVENTS.to_string()),
+            TRANSACTION_EVENT_BUCKETS,
+        )
+        .map_err(|e| err(e.to_string()))?;
     let handle = builder.install_recorder().map_err(|e| err(e.to_string()))?;
     describe();
     metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
@@ -197,6 +224,23 @@ fn describe() {
     );
     describe_counter!(RECONNECTS, "Pipeline reconnects, by cause");
     describe_counter!(TRANSACTIONS, "Committed transactions read from the slot");
+    describe_counter!(
+        KAFKA_TRANSACTIONS,
+        "Kafka transactions (delivery = exactly-once), by outcome (committed, aborted)"
+    );
+    describe_histogram!(
+        KAFKA_TRANSACTION_EVENTS,
+        "Events per committed Kafka transaction"
+    );
+    describe_histogram!(
+        KAFKA_TRANSACTION_COMMIT_SECONDS,
+        Unit::Seconds,
+        "Time a Kafka transaction's commit took, its records' flush included"
+    );
+    describe_counter!(
+        FENCED,
+        "Times another instance with the same transactional id fenced this one"
+    );
     describe_gauge!(
         IN_FLIGHT_EVENTS,
         "Events sent to Kafka and not yet acknowledged"

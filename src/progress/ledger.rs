@@ -136,6 +136,21 @@ pub struct LedgerEntry {
     pub written_at_us: i64,
     #[serde(default)]
     pub accepted_gaps: Vec<AcceptedGap>,
+    /// Exactly-once only: a database transaction larger than a Kafka
+    /// transaction is split, and this says how far into it the entry's
+    /// Kafka transaction reached, past `confirmed_lsn`. Left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inside: Option<InsideTransaction>,
+}
+
+/// How far into a database transaction the relay got (exactly-once): its
+/// first `events` outbox events, in WAL order, are in Kafka.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InsideTransaction {
+    /// The transaction's commit LSN (pgoutput's Begin `final_lsn`).
+    #[serde(with = "lsn_text")]
+    pub commit_lsn: Lsn,
+    pub events: u32,
 }
 
 impl LedgerEntry {
@@ -227,6 +242,7 @@ mod tests {
                 from_time_us: None,
                 accepted_at_us: 5,
             }],
+            inside: None,
         }
     }
 
@@ -254,6 +270,18 @@ mod tests {
         assert_eq!(json["system_identifier"], "7443001228541284437");
         assert_eq!(json["accepted_gaps"][0]["to_lsn"], "2/0");
         assert_eq!(LedgerEntry::from_json(&e.to_json()).unwrap(), e);
+        assert!(json.get("inside").is_none(), "left out when none");
+        let split = LedgerEntry {
+            inside: Some(InsideTransaction {
+                commit_lsn: Lsn(0x1_0200_0000),
+                events: 10_000,
+            }),
+            ..e
+        };
+        let json: serde_json::Value = serde_json::from_slice(&split.to_json()).unwrap();
+        assert_eq!(json["inside"]["commit_lsn"], "1/2000000");
+        assert_eq!(json["inside"]["events"], 10_000);
+        assert_eq!(LedgerEntry::from_json(&split.to_json()).unwrap(), split);
     }
 
     #[test]

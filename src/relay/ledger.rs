@@ -23,8 +23,8 @@ use tokio::sync::watch;
 use super::{RelayError, RelaySettings};
 use crate::metrics as m;
 use crate::progress::ledger::{
-    decide_start, format_time_us, select_entry, AcceptedGap, GapReason, LedgerEntry,
-    LedgerIdentity, LedgerWriter, SlotState, StartDecision, StartInputs,
+    decide_start, format_time_us, select_entry, AcceptedGap, GapReason, InsideTransaction,
+    LedgerEntry, LedgerIdentity, LedgerWriter, SlotState, StartDecision, StartInputs,
 };
 use crate::sink::LedgerTopic;
 use crate::source::session::{Identified, SlotPlan};
@@ -63,6 +63,8 @@ pub(super) struct RelayLedger {
     /// (likely uncleanly) while this one stood by; the ledger lags the slot
     /// by up to an interval.
     expect_ahead: bool,
+    /// The entries were read from the topic and no session used them yet.
+    fresh: bool,
 }
 
 /// What the gate found, for the session.
@@ -74,6 +76,8 @@ pub(super) struct Start {
     pub(super) timeline: u32,
     /// Events whose commit lies below this were relayed already.
     pub(super) skip_through: Option<Lsn>,
+    /// And the first events of this transaction (exactly-once split it).
+    pub(super) inside: Option<InsideTransaction>,
     /// A gap the operator accepted: recorded with the next entry.
     pub(super) accepted: Option<AcceptedGap>,
 }
@@ -118,6 +122,7 @@ impl RelayLedger {
             accept_gap: settings.accept_gap,
             streamed: false,
             expect_ahead: false,
+            fresh: true,
         })
     }
 
@@ -163,6 +168,11 @@ impl RelayLedger {
             other => other,
         };
         start.previous = ledger.cloned();
+        // A split transaction's first events are in Kafka: only for this
+        // server's own entry (a resume from it).
+        start.inside = ledger
+            .filter(|l| l.identity() == identity && l.timeline == found.timeline)
+            .and_then(|l| l.inside);
         start.identity = Some(identity);
         start.timeline = found.timeline;
         let plan = match decision {
@@ -239,6 +249,30 @@ impl RelayLedger {
     /// over (see `relay::standby`).
     pub(super) fn taking_over(&mut self) {
         self.expect_ahead = true;
+    }
+
+    /// Exactly-once: `entry` was committed in a Kafka transaction; the next
+    /// session's gate starts from it (until the ledger is read again).
+    pub(super) fn committed(&self, entry: LedgerEntry) {
+        m::gauge_lsn(m::LEDGER_LSN, entry.confirmed_lsn);
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        known.retain(|e| e.identity() != entry.identity());
+        known.push(entry);
+    }
+
+    /// Reads this database's and slot's entries again (`read_committed`),
+    /// unless no session used them since they were read: exactly-once
+    /// resumes from what Kafka committed, not from what this process
+    /// believes it committed (a commit whose answer was lost may have
+    /// happened).
+    pub(super) async fn refresh(&mut self, settings: &RelaySettings) -> Result<(), RelayError> {
+        if std::mem::replace(&mut self.fresh, false) {
+            return Ok(());
+        }
+        let topic = LedgerTopic::new(&settings.brokers, &settings.config.kafka)?;
+        let entries = topic.entries_for(&self.database, &self.slot).await?;
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = entries;
+        Ok(())
     }
 
     /// A writer for the session `start` describes.

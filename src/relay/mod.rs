@@ -31,7 +31,7 @@ use crate::config::{Config, OnError};
 use crate::metrics::{self as m, Health};
 use crate::outbox::{MappingConfigError, TableMappers};
 use crate::progress::ledger::StartGap;
-use crate::sink::{LedgerTopicError, SinkError};
+use crate::sink::{LedgerTopicError, SinkError, TransactionError};
 use crate::source::admin::{self, AdminError};
 use crate::source::replication::error::Disposition;
 use crate::source::session::{SourceError, SourceSettings};
@@ -59,6 +59,10 @@ pub enum RelayError {
     /// fix).
     #[error(transparent)]
     Ledger(#[from] LedgerTopicError),
+    /// Exactly-once: the transactional producer failed. A fencing (another
+    /// instance took the transactional id over) stops the relay.
+    #[error(transparent)]
+    Transaction(#[from] TransactionError),
     /// The ledger, the server and the slot disagree: events may have been
     /// lost. The message names the slot, both positions and the recovery.
     #[error("{0}")]
@@ -112,7 +116,9 @@ impl RelayError {
             RelayError::Ledger(LedgerTopicError::Read { .. } | LedgerTopicError::Write { .. }) => {
                 Disposition::Transient
             }
-            RelayError::Mapping(_)
+            RelayError::Transaction(TransactionError::Abortable { .. }) => Disposition::Transient,
+            RelayError::Transaction(_)
+            | RelayError::Mapping(_)
             | RelayError::GaveUp { .. }
             | RelayError::SlotLost { .. }
             | RelayError::Ledger(_)
@@ -312,6 +318,12 @@ fn register_metrics(config: &Config, mappers: &TableMappers) {
     metrics::gauge!(m::IN_FLIGHT_EVENTS_LIMIT).set(config.relay.max_in_flight_events as f64);
     metrics::gauge!(m::IN_FLIGHT_BYTES_LIMIT).set(config.relay.max_in_flight_bytes as f64);
     metrics::gauge!(m::HALTED).set(0.0);
+    if config.relay.delivery == crate::config::DeliveryMode::ExactlyOnce {
+        for outcome in ["committed", "aborted"] {
+            metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome).increment(0);
+        }
+        metrics::counter!(m::FENCED).increment(0);
+    }
     for cause in ReconnectCause::ALL {
         metrics::counter!(m::RECONNECTS, "cause" => cause.label()).increment(0);
     }

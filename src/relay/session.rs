@@ -32,10 +32,12 @@ use tokio::time::Instant;
 
 use super::ledger::{self, RelayLedger, Start};
 use super::slot_record::SlotRecord;
+mod commit;
 mod delivery;
 mod poison;
 mod send;
 mod telemetry;
+mod transactional;
 mod verdicts;
 mod window;
 
@@ -45,14 +47,17 @@ pub(super) use verdicts::PoisonMemory;
 
 use super::table_watch::{TableWatch, WatchNews};
 use super::{RelayError, RelaySettings};
+use crate::config::DeliveryMode;
 use crate::outbox::TableMappers;
 use crate::progress::ledger::LedgerWriter;
 use crate::sink::TopicManager;
 use crate::source::driver::{DriverOptions, SourceHandle, StatusUpdates, Streamed};
 use crate::source::session::{SourceError, SourceSession};
+use crate::Lsn;
 use delivery::{AtLeastOnce, Delivery};
 use telemetry::{Telemetry, TelemetryEvent};
-use window::{Halt, Limits, Window};
+use transactional::Transactional;
+use window::{Halt, Limits, Relayed, Window};
 
 /// Items taken from the driver per wake-up at most, so that reports and
 /// shutdown are looked at in between.
@@ -126,8 +131,7 @@ impl ReconnectCause {
     }
 }
 
-/// Runs one session, in the configured delivery mode (at-least-once is the
-/// only one so far; see [`delivery`]).
+/// Runs one session, in the configured delivery mode (see [`delivery`]).
 pub(super) async fn run(
     settings: &RelaySettings,
     mapper: &mut TableMappers,
@@ -136,7 +140,17 @@ pub(super) async fn run(
     slot: &mut SlotRecord,
     stop: watch::Receiver<bool>,
 ) -> Result<SessionEnd, RelayError> {
-    Session::<AtLeastOnce>::run(settings, mapper, poison, ledger, slot, stop).await
+    match settings.config.relay.delivery {
+        DeliveryMode::AtLeastOnce => {
+            Session::<AtLeastOnce>::run(settings, mapper, poison, ledger, slot, stop).await
+        }
+        DeliveryMode::ExactlyOnce => {
+            // From what Kafka committed, not from what this process
+            // believes it committed.
+            ledger.refresh(settings).await?;
+            Session::<Transactional>::run(settings, mapper, poison, ledger, slot, stop).await
+        }
+    }
 }
 
 struct Session<'a, D> {
@@ -166,6 +180,12 @@ struct Session<'a, D> {
     /// Told that the stream opened and what the driver confirmed, for the
     /// relay's decisions about the slot.
     slot: &'a mut SlotRecord,
+    /// The relay's name in the ledger, which a transactional id derives
+    /// from.
+    ledger_key: String,
+    /// Exactly-once: the position of the last committed ledger entry, which
+    /// the slot is never confirmed past.
+    committed: Lsn,
 }
 
 impl<'a, D: Delivery> Session<'a, D> {
@@ -195,7 +215,11 @@ impl<'a, D: Delivery> Session<'a, D> {
         let mut telemetry = Telemetry::new(std::sync::Arc::clone(&settings.health));
         slot.stream_opened(start_lsn);
         telemetry.emit(TelemetryEvent::StreamOpened { start: start_lsn });
-        let delivery = D::open(settings)?;
+        let ledger_key = match &start.identity {
+            Some(identity) => identity.key(),
+            None => settings.source.slot.clone(),
+        };
+        let delivery = D::open(settings, &ledger_key).await?;
         let topics = TopicManager::new(&settings.brokers, &settings.config.kafka)?;
         telemetry.emit(TelemetryEvent::Started);
         let relay = &settings.config.relay;
@@ -209,7 +233,15 @@ impl<'a, D: Delivery> Session<'a, D> {
             source,
             drained: false,
             mapper,
-            window: Window::new(start_lsn, start.skip_through, poison, limits),
+            window: Window::new(
+                start_lsn,
+                Relayed {
+                    through: start.skip_through,
+                    inside: start.inside,
+                },
+                poison,
+                limits,
+            ),
             delivery,
             topics,
             received_at: Instant::now(),
@@ -218,12 +250,18 @@ impl<'a, D: Delivery> Session<'a, D> {
             ledger_writer: ledger.writer(&start, interval),
             ledger,
             slot,
+            ledger_key,
+            committed: start_lsn,
         };
         let mut drain_deadline: Option<Instant> = None;
         let far = Instant::now() + Duration::from_secs(86400 * 365);
         loop {
             if let Some(deadline) = drain_deadline {
-                let drained = if s.window.halted().is_some() {
+                let drained = if s.window.halted().is_some() && D::TRANSACTIONAL {
+                    // Halted: the open transaction never commits.
+                    s.abort("the relay is halted and stopping").await;
+                    true
+                } else if s.window.halted().is_some() {
                     // Halted: nothing after the poison event is read, so its
                     // transaction never finishes, and the poison event holds
                     // its tracker slot for good. Only what the producer still
@@ -239,21 +277,33 @@ impl<'a, D: Delivery> Session<'a, D> {
                     }
                     flushed
                 } else {
+                    // Exactly-once: what was read until the stream drained
+                    // is acked by its commit.
+                    if D::TRANSACTIONAL && s.drained {
+                        let moved = s.window.position().through > s.committed;
+                        if s.delivery.open_transaction().is_some() || moved {
+                            if let Some(end) = s.commit().await? {
+                                return Ok(end);
+                            }
+                        }
+                    }
                     s.drained && s.window.in_flight() == 0
                 };
                 if drained || Instant::now() >= deadline {
                     let confirmed = s
                         .table_watch
-                        .settle(s.window.confirmable(), interval * 3 + MIN_SETTLE)
+                        .settle(s.confirmable(), interval * 3 + MIN_SETTLE)
                         .await;
                     tracing::info!(%confirmed, unacked = s.window.in_flight(), drained, "shutting down");
                     s.source.finish(confirmed).await?;
                     let confirmed = s.source.reported().confirmed;
                     s.slot.confirmed(confirmed);
                     s.telemetry.emit(TelemetryEvent::Finished { confirmed });
+                    // Exactly-once wrote its last entry with its last commit.
                     let entry = s
                         .ledger_writer
                         .as_mut()
+                        .filter(|_| !D::TRANSACTIONAL)
                         .and_then(|w| w.flush(confirmed, ledger::now_us()));
                     if let Some(entry) = entry {
                         s.ledger.flush(entry).await;
@@ -270,6 +320,7 @@ impl<'a, D: Delivery> Session<'a, D> {
             // transaction, so a restart does not repeat half of it.
             let reading = s.may_read();
             let ledger_due = s.ledger_due();
+            let mut caught_up = false;
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|v| *v), if drain_deadline.is_none() => {
@@ -316,6 +367,7 @@ impl<'a, D: Delivery> Session<'a, D> {
                             break;
                         }
                         let Some(streamed) = s.source.try_recv() else {
+                            caught_up = true;
                             // Caught up with the walsender and little in
                             // flight: no batch mate is coming, so lingering
                             // would only add latency. A deep queue means a
@@ -331,7 +383,16 @@ impl<'a, D: Delivery> Session<'a, D> {
                     }
                 }
             }
-            s.source.confirm(s.window.confirmable());
+            if D::TRANSACTIONAL {
+                if s.window.halted().is_some() {
+                    // Nothing of the halted transaction becomes visible.
+                    s.abort("the relay halted").await;
+                }
+                if let Some(end) = s.commit_if_due(caught_up).await? {
+                    return Ok(end);
+                }
+            }
+            s.source.confirm(s.confirmable());
             let reported = s.source.reported();
             s.slot.confirmed(reported.confirmed);
             s.telemetry.emit(TelemetryEvent::Turn {
@@ -341,7 +402,8 @@ impl<'a, D: Delivery> Session<'a, D> {
             });
             // What the driver confirmed, which the tracker called
             // confirmable: the ledger never leads the acknowledgements.
-            if let Some(writer) = &mut s.ledger_writer {
+            // (Exactly-once writes it inside its transactions instead.)
+            if let Some(writer) = s.ledger_writer.as_mut().filter(|_| !D::TRANSACTIONAL) {
                 if let Some(entry) = writer.offer(
                     reported.confirmed,
                     std::time::Instant::now(),
@@ -374,9 +436,24 @@ impl<'a, D: Delivery> Session<'a, D> {
         self.window.may_read() && !self.drained
     }
 
+    /// What the slot may be confirmed to: every event up to it is
+    /// acknowledged (exactly-once: committed, and in the ledger).
+    fn confirmable(&self) -> Lsn {
+        let acked = self.window.confirmable();
+        if D::TRANSACTIONAL {
+            acked.min(self.committed)
+        } else {
+            acked
+        }
+    }
+
     /// When the ledger writer would take the position the driver last
-    /// confirmed, if it has not yet.
+    /// confirmed, if it has not yet (exactly-once: when the open
+    /// transaction, or an idle ledger move, is due).
     fn ledger_due(&self) -> Option<Instant> {
+        if D::TRANSACTIONAL {
+            return self.commit_due(false, Instant::now());
+        }
         let writer = self.ledger_writer.as_ref()?;
         let at = writer.due_at(self.source.reported().confirmed, std::time::Instant::now())?;
         Some(Instant::from_std(at))

@@ -40,9 +40,11 @@ pub(crate) struct QueueBound {
 }
 
 impl QueueBound {
+    /// Exactly-once adds the position ledger's record to a full window.
     pub(crate) fn of(relay: &RelayConfig) -> QueueBound {
+        let ledger = usize::from(relay.delivery == crate::config::DeliveryMode::ExactlyOnce);
         QueueBound {
-            events: relay.max_in_flight_events,
+            events: relay.max_in_flight_events + ledger,
         }
     }
 }
@@ -304,8 +306,8 @@ fn contradiction(key: &str, value: &str) -> Option<&'static str> {
             Some("set the brokers with kafka.brokers instead, so there is one place to look")
         }
         "transactional.id" => Some(
-            "transactions are not supported: outboxd relies on the idempotent producer \
-             and confirms the slot only after Kafka acknowledged every event",
+            "set relay.delivery = \"exactly-once\" instead (and kafka.transactional_id \
+             to choose the id): outboxd begins and commits the transactions itself",
         ),
         "enable.idempotence" if !is_true(&v) => Some(
             "must be true: without the idempotent producer a retried batch can be \
@@ -525,7 +527,7 @@ mod tests {
         assert!(rejected("message.send.max.retries", "0").contains("retry"));
         assert!(rejected("partitioner", "consistent_random").contains("Java clients"));
         assert!(rejected("partitioner", "murmur2").contains("Java clients"));
-        assert!(rejected("transactional.id", "relay-1").contains("not supported"));
+        assert!(rejected("transactional.id", "relay-1").contains("relay.delivery"));
         assert!(rejected("bootstrap.servers", "x:9092").contains("kafka.brokers"));
         assert!(rejected("metadata.broker.list", "x:9092").contains("kafka.brokers"));
         assert!(rejected("delivery.report.only.error", "true").contains("successful"));

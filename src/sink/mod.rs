@@ -45,7 +45,8 @@
 //! Files: `config` (properties, pure), `delivery` (reports and their
 //! classification), `producer` ([`KafkaSink`]), `topics` ([`TopicManager`]),
 //! `ledger_topic` ([`LedgerTopic`], the position ledger's topic),
-//! `client_log` (librdkafka's log lines into tracing), `error`.
+//! `client_log` (librdkafka's log lines into tracing), `transaction` (the
+//! transactional producer of `relay.delivery = "exactly-once"`), `error`.
 
 mod client_log;
 mod config;
@@ -55,6 +56,7 @@ mod ledger_topic;
 mod producer;
 mod send_now;
 mod topics;
+mod transaction;
 
 #[cfg(test)]
 mod mock_tests;
@@ -72,3 +74,4 @@ pub use ledger_topic::{
 };
 pub use producer::{KafkaSink, STATS_INTERVAL_MS};
 pub(crate) use topics::{describe_topic, TopicManager};
+pub use transaction::{is_fencing, TransactionControl, TransactionError};

@@ -59,7 +59,21 @@ impl KafkaSink {
         window: QueueBound,
         stats: Option<StatsHook>,
     ) -> Result<KafkaSink, SinkError> {
+        KafkaSink::build(brokers, kafka, window, stats, None)
+    }
+
+    /// The producer, transactional with `transactional_id` when given.
+    pub(super) fn build(
+        brokers: &str,
+        kafka: &KafkaConfig,
+        window: QueueBound,
+        stats: Option<StatsHook>,
+        transactional_id: Option<&str>,
+    ) -> Result<KafkaSink, SinkError> {
         let mut config = producer_config(brokers, &kafka.properties, window)?;
+        if let Some(id) = transactional_id {
+            config.set("transactional.id", id);
+        }
         config.set_log_level(delivery::log_level());
         if stats.is_some() && !kafka.properties.contains_key("statistics.interval.ms") {
             config.set("statistics.interval.ms", STATS_INTERVAL_MS);
@@ -213,6 +227,15 @@ impl KafkaSink {
     /// (an error, a log line) the polling thread has yet to serve.
     pub(crate) fn in_queue(&self) -> i32 {
         self.producer.in_flight_count()
+    }
+
+    pub(super) fn producer(&self) -> Arc<ThreadedProducer<DeliveryContext>> {
+        Arc::clone(&self.producer)
+    }
+
+    /// The code of librdkafka's fatal error, once it raised one.
+    pub(super) fn fatal_code(&self) -> Option<RDKafkaErrorCode> {
+        self.producer.client().fatal_error().map(|(code, _)| code)
     }
 
     /// The fatal error, once librdkafka raised one (e.g. the gapless

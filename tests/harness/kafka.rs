@@ -26,6 +26,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
 use rdkafka::message::{Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -455,22 +457,7 @@ impl KafkaBroker {
             let wait = (deadline - now).min(Duration::from_millis(200));
             match consumer.poll(wait) {
                 None => {}
-                Some(Ok(m)) => out.push(Record {
-                    topic: m.topic().to_string(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(<[u8]>::to_vec),
-                    headers: m
-                        .headers()
-                        .map(|hs| {
-                            hs.iter()
-                                .map(|h| (h.key.to_string(), h.value.unwrap_or(&[]).to_vec()))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    timestamp: m.timestamp().to_millis(),
-                }),
+                Some(Ok(m)) => out.push(to_record(&m)),
                 // Transient errors (e.g. the broker is restarting): keep
                 // polling, but say so: a read-back that silently skipped
                 // records would look like loss.
@@ -484,6 +471,85 @@ impl KafkaBroker {
         }
         out.sort_by_key(|r| (r.partition, r.offset));
         out
+    }
+}
+
+impl KafkaBroker {
+    /// Every record of `topic` a `read_committed` consumer sees, read to the
+    /// end of each partition (its last stable offset): with transactions a
+    /// topic's offsets count commit markers and aborted records too, so a
+    /// record count cannot say when to stop. Empty after `timeout` without
+    /// metadata.
+    pub fn consume_to_end(&self, topic: &str, timeout: Duration) -> Vec<Record> {
+        let deadline = Instant::now() + timeout;
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set(
+                "group.id",
+                format!("outboxd-harness-end-{}", std::process::id()),
+            )
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "true")
+            .set("isolation.level", "read_committed")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .expect("kafka consumer");
+        let parts = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Vec::new();
+            }
+            if let Ok(md) = consumer.fetch_metadata(Some(topic), left.min(Duration::from_secs(5))) {
+                let t = md.topics().iter().find(|t| t.name() == topic);
+                if let Some(t) = t.filter(|t| t.error().is_none() && !t.partitions().is_empty()) {
+                    break t.partitions().iter().map(|p| p.id()).collect::<Vec<_>>();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100).min(left));
+        };
+        let mut tpl = TopicPartitionList::new();
+        for &p in &parts {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&tpl).expect("assign");
+        let mut at_end: std::collections::HashSet<i32> = Default::default();
+        let mut out = Vec::new();
+        while at_end.len() < parts.len() && Instant::now() < deadline {
+            match consumer.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Ok(m)) => {
+                    at_end.remove(&m.partition());
+                    out.push(to_record(&m));
+                }
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    at_end.insert(p);
+                }
+                Some(Err(e)) => eprintln!("consume_to_end({topic}): {e}"),
+            }
+        }
+        out.sort_by_key(|r| (r.partition, r.offset));
+        out
+    }
+}
+
+fn to_record(m: &BorrowedMessage<'_>) -> Record {
+    Record {
+        topic: m.topic().to_string(),
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key().map(<[u8]>::to_vec),
+        value: m.payload().map(<[u8]>::to_vec),
+        headers: m
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| (h.key.to_string(), h.value.unwrap_or(&[]).to_vec()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        timestamp: m.timestamp().to_millis(),
     }
 }
 

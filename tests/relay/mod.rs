@@ -8,6 +8,7 @@ mod column_types;
 mod consumer_inbox;
 mod dead_link;
 mod e2e;
+mod exactly_once;
 mod faults;
 mod formats;
 mod ledger_acks;

@@ -73,7 +73,8 @@ pub fn ledger_entries(
     broker: &KafkaBroker,
     topic: &str,
 ) -> Vec<(i64, outboxd::progress::ledger::LedgerEntry)> {
-    let records = broker.consume_all(topic, broker.record_count(topic), Duration::from_secs(30));
+    // To the end: with exactly-once the offsets count commit markers too.
+    let records = broker.consume_to_end(topic, Duration::from_secs(30));
     records
         .iter()
         .filter_map(|r| {
@@ -318,6 +319,40 @@ pub fn verify_checking(
     check_order: bool,
     logs: &Path,
 ) -> Verdict {
+    verify_reading(
+        broker,
+        sent,
+        payload_text,
+        timeout,
+        allow_duplicates,
+        check_order,
+        ReadBack::Count,
+        logs,
+    )
+}
+
+/// How [`verify_reading`] knows it read a topic whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadBack {
+    /// As many records as the offsets count (at-least-once: no markers).
+    Count,
+    /// To each partition's end as `read_committed` sees it (exactly-once:
+    /// offsets count commit markers and aborted records too).
+    ToEnd,
+}
+
+/// As [`verify_checking`], reading as `read` says.
+#[allow(clippy::too_many_arguments)]
+pub fn verify_reading(
+    broker: &KafkaBroker,
+    sent: &[Sent],
+    payload_text: &HashMap<String, String>,
+    timeout: Duration,
+    allow_duplicates: bool,
+    check_order: bool,
+    read: ReadBack,
+    logs: &Path,
+) -> Verdict {
     let by_id: HashMap<&str, &Sent> = sent.iter().map(|s| (s.id.as_str(), s)).collect();
     let topics: HashSet<&str> = sent.iter().map(|s| s.topic.as_str()).collect();
     let mut verdict = Verdict::default();
@@ -330,8 +365,13 @@ pub fn verify_checking(
         // (duplicates make the topic longer than `want`).
         let mut records: Vec<Record>;
         loop {
-            let count = broker.record_count(topic).max(want);
-            records = broker.consume_all(topic, count, Duration::from_secs(60));
+            records = match read {
+                ReadBack::Count => {
+                    let count = broker.record_count(topic).max(want);
+                    broker.consume_all(topic, count, Duration::from_secs(60))
+                }
+                ReadBack::ToEnd => broker.consume_to_end(topic, Duration::from_secs(60)),
+            };
             let ids: HashSet<&[u8]> = records.iter().filter_map(|r| r.header("id")).collect();
             if ids.len() >= want || Instant::now() >= deadline {
                 break;

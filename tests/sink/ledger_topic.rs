@@ -50,6 +50,7 @@ fn entry(id: &LedgerIdentity, lsn: u64) -> LedgerEntry {
         outboxd_version: "test".into(),
         written_at_us: lsn as i64,
         accepted_gaps: Vec::new(),
+        inside: None,
     }
 }
 

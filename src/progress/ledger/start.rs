@@ -292,6 +292,7 @@ mod tests {
             outboxd_version: "0.1.0".into(),
             written_at_us: 10,
             accepted_gaps: Vec::new(),
+            inside: None,
         }
     }
 

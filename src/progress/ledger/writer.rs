@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::{AcceptedGap, LedgerEntry, LedgerIdentity, LEDGER_VERSION};
+use super::{AcceptedGap, InsideTransaction, LedgerEntry, LedgerIdentity, LEDGER_VERSION};
 use crate::Lsn;
 
 /// A transaction's Commit as the writer needs it: end LSN and commit time.
@@ -126,6 +126,23 @@ impl LedgerWriter {
         self.wants(acked).then(|| self.emit(acked, wall_us))
     }
 
+    /// Exactly-once: the entry inside a Kafka transaction about to commit,
+    /// which holds every event up to `through` and, past it, the first
+    /// events of `inside`. Whatever the interval; `through` never goes back.
+    pub(crate) fn at(
+        &mut self,
+        through: Lsn,
+        inside: Option<InsideTransaction>,
+        now: Instant,
+        wall_us: i64,
+    ) -> LedgerEntry {
+        self.settle_commits(through);
+        self.written_at = Some(now);
+        let mut entry = self.emit(through, wall_us);
+        entry.inside = inside;
+        entry
+    }
+
     /// Records a gap the operator accepted; the next due offer writes it.
     pub(crate) fn accept_gap(&mut self, gap: AcceptedGap) {
         self.accepted_gaps.push(gap);
@@ -154,6 +171,7 @@ impl LedgerWriter {
             outboxd_version: env!("CARGO_PKG_VERSION").to_owned(),
             written_at_us: wall_us,
             accepted_gaps: self.accepted_gaps.clone(),
+            inside: None,
         }
     }
 

@@ -9,48 +9,45 @@
 //! broker's refusal makes the producer fatal: the session takes back what it
 //! held and opens a fresh one ([`Delivery::open`]), keeping the stream.
 //!
-//! **Transactional** (exactly-once, not built yet) fits the same seam
-//! without a change to the window. It will have to:
-//! - initialise transactions with a `transactional.id` derived from the
-//!   ledger key, in [`Delivery::open`], and only in a session that holds the
-//!   slot (a standby never does, so it fences nobody);
-//! - begin a Kafka transaction before its first record, and commit it at a
-//!   database transaction's end ([`Delivery::checkpoint`]) once its event or
-//!   time limit is reached or the stream is idle, with the ledger entry for
-//!   the last position it holds sent inside it; a database transaction above
-//!   the limit is split, its entries saying how far into it each reached;
-//! - withhold every report of the open transaction and hand the reports over
-//!   only once the commit succeeded: an acknowledgement then means "visible
-//!   to `read_committed` consumers", so the window confirms the slot only up
-//!   to committed transactions while knowing nothing of transactions;
-//! - on an abort, report the open transaction's records as purged (a failure
-//!   that ends with the producer): the window holds them and the session
-//!   sends them again, in WAL order, in the next transaction; a fencing is
-//!   an outage the session must not retry (it ends or stands by);
-//! - keep a dead-letter copy in the transaction of the rest of its database
-//!   transaction (the session sends it through the same [`Delivery::send`]);
-//! - make librdkafka's blocking calls (init, commit, abort) off the async
-//!   thread, and answer [`Delivery::in_queue`] with what is not committed.
+//! **Transactional** ([`Transactional`](super::transactional::Transactional),
+//! `relay.delivery = "exactly-once"`) fits the same seam without a change
+//! to the window: it withholds every report of the open Kafka transaction
+//! and hands them over only from [`Delivery::commit`], once the commit
+//! succeeded. An acknowledgement then means "visible to `read_committed`
+//! consumers", so the window confirms the slot only up to committed
+//! transactions while knowing nothing of transactions. An abort hands the
+//! reports back as failures ([`Delivery::abort`]); the session then resumes
+//! from the ledger.
 
 use std::future::Future;
 use std::sync::Arc;
+
+use tokio::time::Instant;
 
 use crate::metrics as m;
 use crate::outbox::KafkaRecord;
 use crate::progress::ledger::CommitPosition;
 use crate::progress::DeliveryId;
 use crate::relay::{RelayError, RelaySettings};
-use crate::sink::{DeliveryReport, KafkaSink, QueueBound, SendError};
+use crate::sink::{
+    DeliveryReport, KafkaSink, QueueBound, SendError, TransactionControl, TransactionError,
+};
 
 /// What the session asks of Kafka. Records are handed over from the
 /// session's one task in WAL order; reports come back by delivery id.
 pub(super) trait Delivery: Sized {
+    /// Reports wait for a Kafka transaction's commit (exactly-once).
+    const TRANSACTIONAL: bool = false;
+
     /// A producer for a session, or a fresh one after a refusal ended the
-    /// last.
-    fn open(settings: &RelaySettings) -> Result<Self, RelayError>;
+    /// last. `ledger_key` names the relay (the position ledger's key).
+    fn open(
+        settings: &RelaySettings,
+        ledger_key: &str,
+    ) -> impl Future<Output = Result<Self, RelayError>> + Send;
 
     /// Hands one record over; its report comes back with `id`.
-    fn send(&self, id: DeliveryId, record: &KafkaRecord) -> Result<(), SendError>;
+    fn send(&mut self, id: DeliveryId, record: &KafkaRecord) -> Result<(), SendError>;
 
     /// Sends what lingers at once: the session caught up with the
     /// walsender, so no batch mate is coming.
@@ -76,6 +73,40 @@ pub(super) trait Delivery: Sized {
 
     /// Ends this producer, without waiting for it on this thread.
     fn retire(self);
+
+    /// The open Kafka transaction's records and when it began; `None` when
+    /// none is open.
+    fn open_transaction(&self) -> Option<(usize, Instant)> {
+        None
+    }
+
+    /// Commits the open Kafka transaction (beginning one if none is open)
+    /// with `ledger`, the position ledger's record for what it holds, and
+    /// hands over the reports of its records, every one an ack.
+    fn commit(
+        &mut self,
+        _ledger: LedgerRecord,
+    ) -> impl Future<Output = Result<Vec<DeliveryReport>, TransactionError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+
+    /// Aborts the open Kafka transaction: nothing of it becomes visible,
+    /// and the reports of its records come back, every one a failure.
+    fn abort(&mut self) -> impl Future<Output = Vec<DeliveryReport>> + Send {
+        async { Vec::new() }
+    }
+
+    /// Another producer with this one's transactional id fenced it.
+    fn fenced(&self) -> Option<TransactionError> {
+        None
+    }
+}
+
+/// The position ledger's record, for a transaction to hold.
+pub(super) struct LedgerRecord {
+    pub(super) topic: String,
+    pub(super) key: String,
+    pub(super) value: Vec<u8>,
 }
 
 /// Today's mode: an idempotent producer whose acknowledgements are final.
@@ -86,23 +117,13 @@ pub(super) struct AtLeastOnce {
 impl Delivery for AtLeastOnce {
     /// Delivery reports on the producer's channel, statistics to the health
     /// endpoint when there is one.
-    fn open(settings: &RelaySettings) -> Result<Self, RelayError> {
-        let health = &settings.health;
-        // Statistics feed only the endpoint's gauges: none without one.
-        let metrics_on = settings.config.metrics.listen.is_some();
-        let stats = metrics_on.then(|| m::kafka::stats_hook(Arc::clone(health)));
-        let window = QueueBound::of(&settings.config.relay);
-        let sink = KafkaSink::with_stats(&settings.brokers, &settings.config.kafka, window, stats)?;
-        health.new_producer();
-        // Ready as soon as a broker answers, not at the first statistics or
-        // ack. On librdkafka's thread, so straight to the shared state.
-        let health = Arc::clone(health);
-        sink.when_connected(move || health.kafka_broker_up());
+    async fn open(settings: &RelaySettings, _ledger_key: &str) -> Result<Self, RelayError> {
+        let sink = producer(settings, None)?.0;
         Ok(AtLeastOnce { sink })
     }
 
     #[inline]
-    fn send(&self, id: DeliveryId, record: &KafkaRecord) -> Result<(), SendError> {
+    fn send(&mut self, id: DeliveryId, record: &KafkaRecord) -> Result<(), SendError> {
         self.sink.send_record(id.get(), record)
     }
 
@@ -132,7 +153,39 @@ impl Delivery for AtLeastOnce {
     }
 
     fn retire(self) {
-        // Destroying a librdkafka client joins its threads: not on this one.
-        tokio::task::spawn_blocking(move || drop(self.sink));
+        retire(self.sink);
     }
+}
+
+/// Destroying a librdkafka client joins its threads: not on this one.
+pub(super) fn retire(sink: KafkaSink) {
+    tokio::task::spawn_blocking(move || drop(sink));
+}
+
+/// The session's producer (transactional with `transactional_id`), with
+/// delivery reports on its channel and statistics to the health endpoint
+/// when there is one.
+pub(super) fn producer(
+    settings: &RelaySettings,
+    transactional_id: Option<&str>,
+) -> Result<(KafkaSink, Option<TransactionControl>), RelayError> {
+    let health = &settings.health;
+    // Statistics feed only the endpoint's gauges: none without one.
+    let metrics_on = settings.config.metrics.listen.is_some();
+    let stats = metrics_on.then(|| m::kafka::stats_hook(Arc::clone(health)));
+    let window = QueueBound::of(&settings.config.relay);
+    let (brokers, kafka) = (&settings.brokers, &settings.config.kafka);
+    let (sink, control) = match transactional_id {
+        None => (KafkaSink::with_stats(brokers, kafka, window, stats)?, None),
+        Some(id) => {
+            let (sink, control) = KafkaSink::transactional(brokers, kafka, window, stats, id)?;
+            (sink, Some(control))
+        }
+    };
+    health.new_producer();
+    // Ready as soon as a broker answers, not at the first statistics or
+    // ack. On librdkafka's thread, so straight to the shared state.
+    let health = Arc::clone(health);
+    sink.when_connected(move || health.kafka_broker_up());
+    Ok((sink, control))
 }

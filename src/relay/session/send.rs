@@ -38,7 +38,7 @@ const TAKE_BACK_WAIT: Duration = Duration::from_secs(5);
 
 /// What a report asks of the producer, once the window and the telemetry
 /// have it.
-enum Trouble {
+pub(super) enum Trouble {
     /// A refusal, which explains the producer's end.
     Refusal(String),
     /// The producer ended without a refusal known to explain it.
@@ -193,6 +193,17 @@ impl<D: Delivery> Session<'_, D> {
         done: impl Fn(&Window<'_>) -> bool,
     ) -> Result<Option<SessionEnd>, RelayError> {
         while !done(&self.window) && self.window.halted().is_none() {
+            if D::TRANSACTIONAL {
+                // Reports come with the commit; nothing is left to wait
+                // for without an open transaction.
+                if self.delivery.open_transaction().is_none() {
+                    break;
+                }
+                if let Some(end) = self.commit().await? {
+                    return Ok(Some(end));
+                }
+                continue;
+            }
             let Some(report) = self.delivery.next_report().await else {
                 return Ok(Some(Reconnect::producer_stopped()));
             };
@@ -221,6 +232,12 @@ impl<D: Delivery> Session<'_, D> {
                     self.telemetry.emit(TelemetryEvent::Sent(&entry));
                     self.window.sent(entry);
                     return Ok(None);
+                }
+                Err(SendError::QueueFull) if D::TRANSACTIONAL => {
+                    // Room comes with the commit of what the queue holds.
+                    if let Some(end) = self.commit().await? {
+                        return Ok(Some(end));
+                    }
                 }
                 Err(SendError::QueueFull) => {
                     let Some(report) = self.delivery.next_report().await else {
@@ -252,6 +269,13 @@ impl<D: Delivery> Session<'_, D> {
                         Some(copy) => entry = copy,
                         None => return Ok(None),
                     }
+                }
+                Err(SendError::Rejected { code, message, .. }) if D::TRANSACTIONAL => {
+                    // The transaction cannot commit now: abort it, resume
+                    // from the ledger (or stop, when fenced).
+                    self.window.hold(entry);
+                    let error = crate::sink::TransactionError::Abortable { code, message };
+                    return self.transaction_failed(error).await;
                 }
                 Err(SendError::Rejected { code, message, .. })
                     if super::window::ends_with_the_producer(code) =>
@@ -289,7 +313,7 @@ impl<D: Delivery> Session<'_, D> {
     /// Hands a report to the window and tells what it made of it: the one
     /// place a report's outcome is told, for the producer's reports and
     /// while taking its records back alike.
-    fn book(&mut self, report: DeliveryReport) -> Option<Trouble> {
+    pub(super) fn book(&mut self, report: DeliveryReport) -> Option<Trouble> {
         let reported = self.window.report(report);
         // A refused dead-letter copy halted the window.
         let halted = matches!(reported, Reported::Refused(_));
@@ -332,7 +356,7 @@ impl<D: Delivery> Session<'_, D> {
         if !(refused || found.refused) {
             return Ok(Some(self.give_up(cause)));
         }
-        let fresh = D::open(self.settings)?;
+        let fresh = D::open(self.settings, &self.ledger_key).await?;
         std::mem::replace(&mut self.delivery, fresh).retire();
         self.telemetry.emit(TelemetryEvent::ProducerReplaced {
             waiting: self.window.waiting(),
@@ -341,7 +365,7 @@ impl<D: Delivery> Session<'_, D> {
     }
 
     /// Ends the session for a reconnect from the slot, Kafka marked down.
-    fn give_up(&mut self, cause: &str) -> SessionEnd {
+    pub(super) fn give_up(&mut self, cause: &str) -> SessionEnd {
         self.window.freeze();
         self.telemetry.emit(TelemetryEvent::KafkaDown(cause));
         Reconnect::delivery(cause)

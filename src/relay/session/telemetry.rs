@@ -78,6 +78,17 @@ pub(super) enum TelemetryEvent<'e> {
     },
     /// The last status update before the session ends.
     Finished { confirmed: Lsn },
+    /// A Kafka transaction committed `events` events and the ledger entry
+    /// for `through`, in `seconds`.
+    TransactionCommitted {
+        events: usize,
+        seconds: f64,
+        through: Lsn,
+    },
+    /// A Kafka transaction was aborted: nothing of it is visible.
+    TransactionAborted { events: usize, cause: &'e str },
+    /// Another instance took this one's transactional id over.
+    Fenced(&'e str),
 }
 
 pub(super) struct Telemetry {
@@ -190,6 +201,24 @@ impl Telemetry {
                 self.health.progress(in_flight, reported.confirmed);
             }
             E::Finished { confirmed } => self.confirmed_lsn.set(confirmed.0 as f64),
+            E::TransactionCommitted {
+                events,
+                seconds,
+                through,
+            } => {
+                metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => "committed").increment(1);
+                metrics::histogram!(m::KAFKA_TRANSACTION_EVENTS).record(events as f64);
+                metrics::histogram!(m::KAFKA_TRANSACTION_COMMIT_SECONDS).record(seconds);
+                m::gauge_lsn(m::LEDGER_LSN, through);
+            }
+            E::TransactionAborted { events, cause } => {
+                tracing::warn!(events, %cause, "Kafka transaction aborted: none of its records is visible to read_committed consumers; resuming from the position ledger");
+                metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => "aborted").increment(1);
+            }
+            E::Fenced(error) => {
+                tracing::error!(%error, "fenced by another outboxd: this instance stops writing; nothing it had in flight becomes visible");
+                metrics::counter!(m::FENCED).increment(1);
+            }
         }
     }
 

@@ -30,6 +30,7 @@ use tokio::time::Instant;
 
 use super::verdicts::{EventIdentity, PoisonMemory, Refusal, Verdict};
 use crate::outbox::{KafkaRecord, OutboxEvent};
+use crate::progress::ledger::InsideTransaction;
 use crate::progress::{AckTracker, DeliveryId};
 use crate::sink::{Delivered, DeliveryFailure, DeliveryReport, FailureKind};
 use crate::Lsn;
@@ -167,6 +168,27 @@ pub(super) fn ends_with_the_producer(code: RDKafkaErrorCode) -> bool {
     )
 }
 
+/// How far everything read has been handed over (sent, or skipped as
+/// relayed before): what the ledger entry of an exactly-once Kafka
+/// transaction committed now may say. Every event at or below it is in the
+/// transaction or in one committed earlier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Position {
+    /// The last commit end (or idle position) passed.
+    pub(super) through: Lsn,
+    /// The transaction after it, as far as its events were handed over.
+    pub(super) inside: Option<InsideTransaction>,
+}
+
+/// What the position ledger says was relayed before this (re)start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Relayed {
+    /// Events whose commit lies below this.
+    pub(super) through: Option<Lsn>,
+    /// The first events of one more transaction (exactly-once).
+    pub(super) inside: Option<InsideTransaction>,
+}
+
 /// The in-flight limits (`relay.max_in_flight_events`, `_bytes`).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Limits {
@@ -183,9 +205,10 @@ pub(super) struct Window<'p> {
     poison: &'p mut PoisonMemory,
     /// Position of the next event within its transaction.
     ordinal: u32,
-    /// Events whose commit lies below this were relayed before this
-    /// (re)start (the position ledger says so): skipped, not sent again.
-    skip_through: Option<Lsn>,
+    /// Events the position ledger has as relayed before this (re)start:
+    /// skipped, not sent again.
+    relayed: Relayed,
+    position: Position,
     halted: Option<Halt>,
     limits: Limits,
 }
@@ -193,7 +216,7 @@ pub(super) struct Window<'p> {
 impl<'p> Window<'p> {
     pub(super) fn new(
         start: Lsn,
-        skip_through: Option<Lsn>,
+        relayed: Relayed,
         poison: &'p mut PoisonMemory,
         limits: Limits,
     ) -> Self {
@@ -202,7 +225,13 @@ impl<'p> Window<'p> {
             resend: BTreeMap::new(),
             poison,
             ordinal: 0,
-            skip_through,
+            relayed,
+            // Never behind the ledger's own position: an entry never goes
+            // back.
+            position: Position {
+                through: relayed.through.map_or(start, |t| t.max(start)),
+                inside: relayed.inside,
+            },
             halted: None,
             limits,
         }
@@ -213,6 +242,17 @@ impl<'p> Window<'p> {
     pub(super) fn commit(&mut self, end_lsn: Lsn) {
         self.tracker.commit(end_lsn);
         self.ordinal = 0;
+        let ahead = end_lsn > self.position.through
+            && self
+                .position
+                .inside
+                .map_or(true, |i| end_lsn > i.commit_lsn);
+        if ahead && self.halted.is_none() {
+            self.position = Position {
+                through: end_lsn,
+                inside: None,
+            };
+        }
     }
 
     /// An idle position between transactions. Halted, nothing after the
@@ -220,19 +260,53 @@ impl<'p> Window<'p> {
     pub(super) fn keepalive(&mut self, lsn: Lsn) {
         if self.halted.is_none() {
             self.tracker.keepalive(lsn);
+            if self.position.inside.is_none() && lsn > self.position.through {
+                self.position.through = lsn;
+            }
         }
     }
 
     /// An event of the transaction committing at `commit_lsn` arrived: its
     /// identity, or `None` when the ledger has it as relayed (its commit
-    /// ends at or before the ledger's position, a commit end or idle one).
+    /// ends at or before the ledger's position, a commit end or idle one,
+    /// or it is among the first events of a transaction the ledger has
+    /// partly).
     pub(super) fn arrive(&mut self, commit_lsn: Lsn) -> Option<EventIdentity> {
         let identity = (commit_lsn, self.ordinal);
         self.ordinal += 1;
-        match self.skip_through {
-            Some(through) if commit_lsn < through => None,
-            _ => Some(identity),
+        let below = self.relayed.through.is_some_and(|t| commit_lsn < t);
+        let partly = self
+            .relayed
+            .inside
+            .is_some_and(|i| i.commit_lsn == commit_lsn && identity.1 < i.events);
+        if partly {
+            self.handed_over(&identity);
         }
+        if below || partly {
+            return None;
+        }
+        Some(identity)
+    }
+
+    /// Moves the position past the event `identity`, never back (a record
+    /// sent again after a refusal was passed already).
+    fn handed_over(&mut self, identity: &EventIdentity) {
+        let next = InsideTransaction {
+            commit_lsn: identity.0,
+            events: identity.1 + 1,
+        };
+        let ahead = match self.position.inside {
+            None => true,
+            Some(i) => (next.commit_lsn, next.events) > (i.commit_lsn, i.events),
+        };
+        if ahead && self.halted.is_none() {
+            self.position.inside = Some(next);
+        }
+    }
+
+    /// How far everything read has been handed over (see [`Position`]).
+    pub(super) fn position(&self) -> Position {
+        self.position
     }
 
     /// How an event goes out, by its verdict.
@@ -284,6 +358,7 @@ impl<'p> Window<'p> {
 
     /// The producer took `entry`: the tracker keeps it until its report.
     pub(super) fn sent(&mut self, entry: InFlight) {
+        self.handed_over(&entry.identity);
         let kept = self.tracker.sent(entry.id, entry);
         debug_assert!(kept.is_ok(), "a record was sent without a tracker slot");
     }

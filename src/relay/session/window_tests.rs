@@ -78,7 +78,7 @@ fn failed(id: DeliveryId, code: C) -> DeliveryReport {
 #[test]
 fn acks_move_the_confirmable_position_past_each_commit() {
     let mut poison = PoisonMemory::default();
-    let mut w = Window::new(Lsn(1), None, &mut poison, LIMITS);
+    let mut w = Window::new(Lsn(1), Relayed::default(), &mut poison, LIMITS);
     let a = send(&mut w, 10);
     let b = send(&mut w, 10);
     w.commit(Lsn(11));
@@ -95,7 +95,7 @@ fn acks_move_the_confirmable_position_past_each_commit() {
 #[test]
 fn events_are_numbered_within_their_transaction() {
     let mut poison = PoisonMemory::default();
-    let mut w = Window::new(Lsn(0), None, &mut poison, LIMITS);
+    let mut w = Window::new(Lsn(0), Relayed::default(), &mut poison, LIMITS);
     assert_eq!(w.arrive(Lsn(10)), Some((Lsn(10), 0)));
     assert_eq!(w.arrive(Lsn(10)), Some((Lsn(10), 1)));
     w.commit(Lsn(11));
@@ -105,16 +105,81 @@ fn events_are_numbered_within_their_transaction() {
 #[test]
 fn events_the_ledger_has_as_relayed_are_skipped() {
     let mut poison = PoisonMemory::default();
-    let mut w = Window::new(Lsn(0), Some(Lsn(21)), &mut poison, LIMITS);
+    let mut w = Window::new(
+        Lsn(0),
+        Relayed {
+            through: Some(Lsn(21)),
+            inside: None,
+        },
+        &mut poison,
+        LIMITS,
+    );
     assert_eq!(w.arrive(Lsn(20)), None);
     w.commit(Lsn(21));
     assert_eq!(w.arrive(Lsn(21)), Some((Lsn(21), 0)));
 }
 
 #[test]
+fn the_first_events_of_a_split_transaction_the_ledger_has_are_skipped() {
+    let mut poison = PoisonMemory::default();
+    let relayed = Relayed {
+        through: Some(Lsn(11)),
+        inside: Some(InsideTransaction {
+            commit_lsn: Lsn(20),
+            events: 2,
+        }),
+    };
+    let mut w = Window::new(Lsn(0), relayed, &mut poison, LIMITS);
+    let ledger = Position {
+        through: Lsn(11),
+        inside: relayed.inside,
+    };
+    assert_eq!(w.position(), ledger, "starts at the ledger's position");
+    assert_eq!(w.arrive(Lsn(10)), None, "below the ledger's commit");
+    w.commit(Lsn(11));
+    assert_eq!(w.position(), ledger, "never behind the ledger");
+    assert_eq!(w.arrive(Lsn(20)), None);
+    assert_eq!(w.arrive(Lsn(20)), None);
+    assert_eq!(w.arrive(Lsn(20)), Some((Lsn(20), 2)), "the third is new");
+    w.commit(Lsn(21));
+    assert_eq!(w.position().through, Lsn(21));
+    assert_eq!(w.arrive(Lsn(30)), Some((Lsn(30), 0)));
+}
+
+#[test]
+fn the_position_follows_what_was_handed_over() {
+    let mut poison = PoisonMemory::default();
+    let mut w = Window::new(Lsn(5), Relayed::default(), &mut poison, LIMITS);
+    let at = |through, inside: Option<(u64, u32)>| Position {
+        through: Lsn(through),
+        inside: inside.map(|(c, events)| InsideTransaction {
+            commit_lsn: Lsn(c),
+            events,
+        }),
+    };
+    assert_eq!(w.position(), at(5, None));
+    w.keepalive(Lsn(8));
+    assert_eq!(w.position(), at(8, None), "idle WAL passed");
+    let first = admit(&mut w, 10);
+    assert_eq!(w.position(), at(8, None), "read, not handed over yet");
+    w.sent(first);
+    assert_eq!(w.position(), at(8, Some((10, 1))));
+    send(&mut w, 10);
+    w.keepalive(Lsn(9));
+    assert_eq!(w.position(), at(8, Some((10, 2))), "no idle move inside");
+    w.commit(Lsn(11));
+    assert_eq!(w.position(), at(11, None));
+    let entry = admit(&mut w, 20);
+    w.halt(Halt::TableChanged("x".into()));
+    w.sent(entry);
+    w.commit(Lsn(21));
+    assert_eq!(w.position(), at(11, None), "halted: nothing moves");
+}
+
+#[test]
 fn reading_stops_at_either_limit() {
     let mut poison = PoisonMemory::default();
-    let mut w = Window::new(Lsn(0), None, &mut poison, LIMITS);
+    let mut w = Window::new(Lsn(0), Relayed::default(), &mut poison, LIMITS);
     for _ in 0..3 {
         send(&mut w, 10);
     }
@@ -123,7 +188,7 @@ fn reading_stops_at_either_limit() {
     assert!(!w.may_read(), "4 events in flight");
 
     let mut poison = PoisonMemory::default();
-    let mut w = Window::new(Lsn(0), None, &mut poison, LIMITS);
+    let mut w = Window::new(Lsn(0), Relayed::default(), &mut poison, LIMITS);
     let identity = w.arrive(Lsn(10)).unwrap();
     let big = w.admit(event(10), record(1000), identity, false, Instant::now());
     w.sent(big);
@@ -133,7 +198,7 @@ fn reading_stops_at_either_limit() {
 #[test]
 fn a_refusal_in_company_makes_a_suspect_and_alone_confirmed_poison() {
     let mut poison = PoisonMemory::default();
-    let mut w = Window::new(Lsn(0), None, &mut poison, LIMITS);
+    let mut w = Window::new(Lsn(0), Relayed::default(), &mut poison, LIMITS);
     let a = send(&mut w, 10);
     let b = send(&mut w, 10);
     assert!(matches!(
@@ -171,7 +236,7 @@ fn a_refusal_in_company_makes_a_suspect_and_alone_confirmed_poison() {
 #[test]
 fn a_refused_dead_letter_copy_halts_and_keeps_its_slot() {
     let mut poison = PoisonMemory::default();
-    let mut w = Window::new(Lsn(0), None, &mut poison, LIMITS);
+    let mut w = Window::new(Lsn(0), Relayed::default(), &mut poison, LIMITS);
     let entry = admit(&mut w, 10);
     let copy = entry.into_dead_letter(record(5));
     let id = copy.id;
@@ -190,7 +255,7 @@ fn a_refused_dead_letter_copy_halts_and_keeps_its_slot() {
 #[test]
 fn a_copy_refused_at_hand_over_halts_and_an_original_goes_to_the_policy() {
     let mut poison = PoisonMemory::default();
-    let mut w = Window::new(Lsn(0), None, &mut poison, LIMITS);
+    let mut w = Window::new(Lsn(0), Relayed::default(), &mut poison, LIMITS);
     let refusal = || Refusal {
         code: C::MessageSizeTooLarge,
         error: "too large".into(),
@@ -209,7 +274,7 @@ fn a_copy_refused_at_hand_over_halts_and_an_original_goes_to_the_policy() {
 #[test]
 fn transport_failures_wait_to_be_resent_and_say_whether_kafka_is_down() {
     let mut poison = PoisonMemory::default();
-    let mut w = Window::new(Lsn(0), None, &mut poison, LIMITS);
+    let mut w = Window::new(Lsn(0), Relayed::default(), &mut poison, LIMITS);
     let a = send(&mut w, 10);
     let b = send(&mut w, 10);
     assert!(matches!(
@@ -227,7 +292,7 @@ fn transport_failures_wait_to_be_resent_and_say_whether_kafka_is_down() {
 #[test]
 fn newer_records_queue_behind_those_waiting_to_be_resent() {
     let mut poison = PoisonMemory::default();
-    let mut w = Window::new(Lsn(0), None, &mut poison, LIMITS);
+    let mut w = Window::new(Lsn(0), Relayed::default(), &mut poison, LIMITS);
     let a = send(&mut w, 10);
     let b = send(&mut w, 10);
     // The producer's reports never come: both are taken back.
@@ -244,7 +309,7 @@ fn newer_records_queue_behind_those_waiting_to_be_resent() {
 #[test]
 fn a_frozen_window_confirms_nothing_more() {
     let mut poison = PoisonMemory::default();
-    let mut w = Window::new(Lsn(0), None, &mut poison, LIMITS);
+    let mut w = Window::new(Lsn(0), Relayed::default(), &mut poison, LIMITS);
     let a = send(&mut w, 10);
     w.commit(Lsn(11));
     w.freeze();
@@ -256,11 +321,11 @@ fn a_frozen_window_confirms_nothing_more() {
 fn verdicts_outlive_the_window() {
     let mut poison = PoisonMemory::default();
     {
-        let mut w = Window::new(Lsn(0), None, &mut poison, LIMITS);
+        let mut w = Window::new(Lsn(0), Relayed::default(), &mut poison, LIMITS);
         let a = send(&mut w, 10);
         w.report(failed(a, C::MessageSizeTooLarge));
     }
-    let w = Window::new(Lsn(0), None, &mut poison, LIMITS);
+    let w = Window::new(Lsn(0), Relayed::default(), &mut poison, LIMITS);
     assert!(matches!(w.route(&(Lsn(10), 0)), Route::Trial));
 }
 

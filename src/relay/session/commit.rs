@@ -1,0 +1,159 @@
+//! Exactly-once: when the session commits a Kafka transaction, and what a
+//! commit or an abort does to the window and the ledger.
+//!
+//! A Kafka transaction holds what the window handed over since the last
+//! commit, in WAL order, and one position ledger entry for how far that is
+//! ([`Position`](super::window::Position)): the last commit end passed and,
+//! when a database transaction is split, how many of the next one's events.
+//! It commits when it holds `relay.transaction_max_events`, when the window
+//! is full (its reports wait for the commit), after
+//! `relay.transaction_max_delay`, or once the relay caught up with the
+//! walsender between two database transactions. An idle relay whose
+//! position moved past the ledger (WAL of other tables, keepalives) commits
+//! a transaction holding only the ledger entry, once per status interval.
+//!
+//! The slot is confirmed up to the last committed entry at most, so the
+//! ledger is never behind the slot: a restart skips what the ledger has
+//! (read `read_committed`) and repeats nothing. An abort, or a commit whose
+//! outcome is unknown, ends the session: the next one reads the ledger
+//! again and resumes from it, not from this session's memory. A fencing
+//! stops the relay.
+
+use tokio::time::Instant;
+
+use super::delivery::{Delivery, LedgerRecord};
+use super::ledger;
+use super::telemetry::TelemetryEvent;
+use super::{Session, SessionEnd};
+use crate::relay::RelayError;
+use crate::sink::{ledger_record, TransactionError};
+
+impl<D: Delivery> Session<'_, D> {
+    /// When the open Kafka transaction (or an idle ledger move) is due, if
+    /// anything is to commit; `caught_up`: the relay read everything the
+    /// walsender sent so far.
+    pub(super) fn commit_due(&self, caught_up: bool, now: Instant) -> Option<Instant> {
+        if !D::TRANSACTIONAL || self.window.halted().is_some() || self.window.waiting() > 0 {
+            return None;
+        }
+        let relay = &self.settings.config.relay;
+        match self.delivery.open_transaction() {
+            Some((events, began)) => {
+                let between = self.window.position().inside.is_none();
+                let now_due = events >= relay.transaction_max_events
+                    || !self.window.may_read()
+                    || (caught_up && between);
+                Some(if now_due {
+                    now
+                } else {
+                    began + relay.transaction_max_delay
+                })
+            }
+            None => {
+                let position = self.window.position();
+                if position.through <= self.committed || position.inside.is_some() {
+                    return None;
+                }
+                let writer = self.ledger_writer.as_ref()?;
+                let at = writer.due_at(position.through, now.into_std())?;
+                Some(Instant::from_std(at))
+            }
+        }
+    }
+
+    /// Commits now if due (see [`Session::commit_due`]).
+    pub(super) async fn commit_if_due(
+        &mut self,
+        caught_up: bool,
+    ) -> Result<Option<SessionEnd>, RelayError> {
+        let now = Instant::now();
+        match self.commit_due(caught_up, now) {
+            Some(at) if at <= now => self.commit().await,
+            _ => Ok(None),
+        }
+    }
+
+    /// Commits the open Kafka transaction with the ledger entry for the
+    /// window's position, then books its reports: acks, now that they are
+    /// visible. Without an open one, commits the entry alone.
+    pub(super) async fn commit(&mut self) -> Result<Option<SessionEnd>, RelayError> {
+        let position = self.window.position();
+        let Some(writer) = &mut self.ledger_writer else {
+            // Only before the server is known; never in a session.
+            return Ok(None);
+        };
+        let entry = writer.at(
+            position.through,
+            position.inside,
+            std::time::Instant::now(),
+            ledger::now_us(),
+        );
+        let (key, value) = ledger_record(&entry);
+        let record = LedgerRecord {
+            topic: self.settings.config.kafka.ledger_topic.clone(),
+            key,
+            value,
+        };
+        let events = self.delivery.open_transaction().map_or(0, |(n, _)| n);
+        let started = Instant::now();
+        match self.delivery.commit(record).await {
+            Ok(reports) => {
+                let complete = reports.len() == events;
+                for report in reports {
+                    // Acks only: a commit succeeds only when every record of
+                    // the transaction was delivered.
+                    let _ = self.book(report);
+                }
+                self.telemetry.emit(TelemetryEvent::TransactionCommitted {
+                    events,
+                    seconds: started.elapsed().as_secs_f64(),
+                    through: entry.confirmed_lsn,
+                });
+                self.committed = entry.confirmed_lsn;
+                self.ledger.committed(entry);
+                if !complete {
+                    // Committed, so the ledger has them: the next session
+                    // skips them rather than wait here for reports.
+                    return Ok(Some(self.give_up(
+                        "the reports of a committed Kafka transaction did not all come back",
+                    )));
+                }
+                Ok(None)
+            }
+            Err(e) => self.transaction_failed(e).await,
+        }
+    }
+
+    /// A transaction call or a send failed: the relay stops when fenced,
+    /// else the transaction is aborted and the session ends, to resume from
+    /// the ledger.
+    pub(super) async fn transaction_failed(
+        &mut self,
+        error: TransactionError,
+    ) -> Result<Option<SessionEnd>, RelayError> {
+        let error = match (error, self.delivery.fenced()) {
+            (e @ TransactionError::Fenced { .. }, _) | (_, Some(e)) => {
+                self.telemetry.emit(TelemetryEvent::Fenced(&e.to_string()));
+                return Err(RelayError::Transaction(e));
+            }
+            (e, None) => e,
+        };
+        let cause = error.to_string();
+        self.abort(&cause).await;
+        Ok(Some(self.give_up(&cause)))
+    }
+
+    /// Aborts the open transaction. Its reports are booked as failures, so
+    /// the verdicts on records the broker refused outlive the session.
+    pub(super) async fn abort(&mut self, cause: &str) {
+        let Some((events, _)) = self.delivery.open_transaction() else {
+            return;
+        };
+        let reports = self.delivery.abort().await;
+        for report in reports {
+            let _ = self.book(report);
+        }
+        self.telemetry
+            .emit(TelemetryEvent::TransactionAborted { events, cause });
+    }
+}

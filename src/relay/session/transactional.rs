@@ -1,0 +1,215 @@
+//! Exactly-once delivery (`relay.delivery = "exactly-once"`): one
+//! transactional producer whose transactions hold whole database
+//! transactions in commit order, plus the position ledger's entry for the
+//! last position each holds (see [`delivery`](super::delivery) for what the
+//! seam asks of it, and `commit` for when a transaction commits).
+//!
+//! The `transactional.id` is the ledger key, `outboxd-<system
+//! identifier>/<database>/<slot>`, or `kafka.transactional_id`: the hot
+//! standby of a slot has the same one, so initialising it when it takes over
+//! fences the instance it replaces, and aborts what that one left open.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::delivery::{producer, retire, Delivery, LedgerRecord};
+use crate::outbox::KafkaRecord;
+use crate::progress::DeliveryId;
+use crate::relay::{RelayError, RelaySettings};
+use crate::sink::{
+    DeliveryFailure, DeliveryReport, FailureKind, KafkaSink, SendError, TransactionControl,
+    TransactionError,
+};
+
+/// The delivery id of the ledger's record: no event has it (event ids count
+/// up from 1).
+const LEDGER_RECORD_ID: u64 = u64::MAX;
+
+/// Bound on `init`, `commit` and `abort`: librdkafka's default transaction
+/// timeout is 60 s, after which the coordinator aborts anyway.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long the reports of a finished transaction may take to reach the
+/// channel after the call returned (librdkafka has served them by then; this
+/// only covers the hand-over).
+const REPORTS_WAIT: Duration = Duration::from_secs(10);
+
+pub(super) struct Transactional {
+    sink: KafkaSink,
+    control: TransactionControl,
+    /// The open Kafka transaction, if any.
+    open: Option<OpenTransaction>,
+}
+
+struct OpenTransaction {
+    /// Event records in it.
+    records: usize,
+    /// Reports its records owe, the ledger's included.
+    owed: usize,
+    began: Instant,
+}
+
+impl Transactional {
+    /// Begins a transaction unless one is open.
+    fn begin(&mut self) -> Result<&mut OpenTransaction, TransactionError> {
+        if self.open.is_none() {
+            self.control.begin()?;
+        }
+        Ok(self.open.get_or_insert_with(|| OpenTransaction {
+            records: 0,
+            owed: 0,
+            began: Instant::now(),
+        }))
+    }
+
+    /// The reports of the `owed` records of the transaction just ended, the
+    /// ledger's left out; fewer if some never came.
+    async fn collect(&mut self, owed: usize) -> Vec<DeliveryReport> {
+        let mut reports = Vec::with_capacity(owed);
+        let deadline = Instant::now() + REPORTS_WAIT;
+        for _ in 0..owed {
+            let report = match self.sink.try_report() {
+                Some(r) => r,
+                None => match tokio::time::timeout_at(deadline, self.sink.next_report()).await {
+                    Ok(Some(r)) => r,
+                    _ => break,
+                },
+            };
+            if report.id != LEDGER_RECORD_ID {
+                reports.push(report);
+            }
+        }
+        reports
+    }
+}
+
+impl Delivery for Transactional {
+    const TRANSACTIONAL: bool = true;
+
+    /// Makes the producer and initialises its transactions: only a session
+    /// that holds the slot gets here, so a standby fences nobody.
+    async fn open(settings: &RelaySettings, ledger_key: &str) -> Result<Self, RelayError> {
+        let id = match &settings.config.kafka.transactional_id {
+            Some(id) => id.clone(),
+            None => format!("outboxd-{ledger_key}"),
+        };
+        let (sink, control) = producer(settings, Some(&id))?;
+        let control = control.expect("a transactional id gives a transaction control");
+        if let Err(e) = control.init(CALL_TIMEOUT).await {
+            retire(sink);
+            return Err(RelayError::Transaction(e));
+        }
+        tracing::info!(transactional_id = %id, "Kafka transactions initialised (relay.delivery = \"exactly-once\")");
+        Ok(Transactional {
+            sink,
+            control,
+            open: None,
+        })
+    }
+
+    fn send(&mut self, id: DeliveryId, record: &KafkaRecord) -> Result<(), SendError> {
+        if let Err(e) = self.begin() {
+            return Err(SendError::Rejected {
+                code: rdkafka::types::RDKafkaErrorCode::Fatal,
+                kind: FailureKind::Transport,
+                message: e.to_string(),
+            });
+        }
+        self.sink.send_record(id.get(), record)?;
+        if let Some(open) = &mut self.open {
+            open.records += 1;
+            open.owed += 1;
+        }
+        Ok(())
+    }
+
+    /// The commit flushes; nothing lingers past it.
+    fn send_now(&self) {}
+
+    /// Reports come only from [`Delivery::commit`] and [`Delivery::abort`].
+    fn next_report(&mut self) -> impl Future<Output = Option<DeliveryReport>> + Send {
+        std::future::pending()
+    }
+
+    fn try_report(&mut self) -> Option<DeliveryReport> {
+        None
+    }
+
+    fn in_queue(&self) -> i32 {
+        self.open.as_ref().map_or(0, |o| o.records as i32)
+    }
+
+    fn purge_queued(&self) {
+        self.sink.purge_queued();
+    }
+
+    fn purge(&self) {
+        self.sink.purge();
+    }
+
+    fn retire(self) {
+        retire(self.sink);
+    }
+
+    fn open_transaction(&self) -> Option<(usize, Instant)> {
+        self.open.as_ref().map(|o| (o.records, o.began))
+    }
+
+    async fn commit(
+        &mut self,
+        ledger: LedgerRecord,
+    ) -> Result<Vec<DeliveryReport>, TransactionError> {
+        let no_headers: &[(&str, &[u8])] = &[];
+        self.begin()?;
+        let sent = self.sink.send(
+            LEDGER_RECORD_ID,
+            &ledger.topic,
+            Some(ledger.key.as_bytes()),
+            Some(&ledger.value),
+            no_headers,
+            None,
+        );
+        if let Err(e) = sent {
+            return Err(TransactionError::Abortable {
+                code: rdkafka::types::RDKafkaErrorCode::Fail,
+                message: format!("cannot send the position ledger's entry: {e}"),
+            });
+        }
+        if let Some(open) = &mut self.open {
+            open.owed += 1;
+        }
+        self.control.commit(CALL_TIMEOUT).await?;
+        let owed = self.open.take().map_or(0, |o| o.owed);
+        Ok(self.collect(owed).await)
+    }
+
+    async fn abort(&mut self) -> Vec<DeliveryReport> {
+        let Some(open) = self.open.take() else {
+            return Vec::new();
+        };
+        if let Err(e) = self.control.abort(CALL_TIMEOUT).await {
+            tracing::warn!(error = %e, "cannot abort the Kafka transaction; the next producer with this transactional id aborts it, or its timeout does");
+        }
+        let aborted = DeliveryFailure {
+            code: rdkafka::types::RDKafkaErrorCode::PurgeQueue,
+            message: "the Kafka transaction holding it was aborted".into(),
+            kind: FailureKind::Transport,
+        };
+        let mut reports = self.collect(open.owed).await;
+        for report in &mut reports {
+            if report.result.is_ok() {
+                report.result = Err(aborted.clone());
+            }
+        }
+        reports
+    }
+
+    fn fenced(&self) -> Option<TransactionError> {
+        self.sink.fenced().then(|| TransactionError::Fenced {
+            transactional_id: self.control.transactional_id().to_owned(),
+            message: self.sink.is_fatal().unwrap_or_default(),
+        })
+    }
+}

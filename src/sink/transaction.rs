@@ -1,0 +1,200 @@
+//! The transactional producer (`relay.delivery = "exactly-once"`): a
+//! [`KafkaSink`] made with a `transactional.id`, and its transaction calls.
+//!
+//! librdkafka blocks in `init`, `commit` and `abort` (a coordinator round
+//! trip, and for `commit` a flush of every queued record first), so
+//! [`TransactionControl`] runs them on tokio's blocking threads; `begin` only
+//! changes local state. Delivery reports keep coming on the sink's channel
+//! as usual: a report of a record in a transaction says the broker has it,
+//! not that a `read_committed` consumer will ever see it. Only a committed
+//! transaction makes its records visible; that meaning is the relay's to
+//! keep (it withholds the reports until the commit).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::delivery::{DeliveryContext, StatsHook};
+use super::{KafkaSink, QueueBound, SinkError};
+use crate::config::KafkaConfig;
+
+/// Error codes that say another producer took this transactional id over
+/// (or that this one's epoch is gone): nothing it sends becomes visible.
+const FENCING: [RDKafkaErrorCode; 4] = [
+    RDKafkaErrorCode::Fenced,
+    RDKafkaErrorCode::ProducerFenced,
+    RDKafkaErrorCode::InvalidProducerEpoch,
+    RDKafkaErrorCode::TransactionCoordinatorFenced,
+];
+
+/// Why a transaction call failed, as the relay must act on it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransactionError {
+    /// Another instance initialised the same transactional id: this one must
+    /// stop writing.
+    #[error(
+        "fenced: another outboxd initialised transactional id {transactional_id:?} (a standby \
+         took over, or an instance with the same kafka.transactional_id started): {message}"
+    )]
+    Fenced {
+        transactional_id: String,
+        message: String,
+    },
+    /// The transaction cannot commit: abort it, send its records again.
+    #[error("Kafka transaction failed ({code:?}): {message}")]
+    Abortable {
+        code: RDKafkaErrorCode,
+        message: String,
+    },
+    /// The producer cannot go on (e.g. the brokers do not support
+    /// transactions, the id is not authorised, the timeout is above the
+    /// broker's `transaction.max.timeout.ms`).
+    #[error("Kafka transactional producer failed ({code:?}): {message}")]
+    Fatal {
+        code: RDKafkaErrorCode,
+        message: String,
+    },
+}
+
+impl TransactionError {
+    fn from_kafka(error: KafkaError, transactional_id: &str) -> TransactionError {
+        let (code, message, fatal) = match &error {
+            KafkaError::Transaction(e) => (e.code(), e.string(), e.is_fatal()),
+            other => (
+                other.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail),
+                other.to_string(),
+                false,
+            ),
+        };
+        if FENCING.contains(&code) {
+            return TransactionError::Fenced {
+                transactional_id: transactional_id.to_owned(),
+                message,
+            };
+        }
+        if fatal {
+            return TransactionError::Fatal { code, message };
+        }
+        // Retriable, abortable and state errors alike: the session aborts
+        // and resumes from the ledger, which is what a commit whose outcome
+        // is unknown needs anyway.
+        TransactionError::Abortable { code, message }
+    }
+}
+
+/// Whether a producer's fatal error is a fencing.
+pub fn is_fencing(code: RDKafkaErrorCode) -> bool {
+    FENCING.contains(&code)
+}
+
+/// The transaction calls of a transactional [`KafkaSink`], each on a
+/// blocking thread.
+#[derive(Clone)]
+pub struct TransactionControl {
+    producer: Arc<ThreadedProducer<DeliveryContext>>,
+    transactional_id: Arc<str>,
+}
+
+impl TransactionControl {
+    pub fn transactional_id(&self) -> &str {
+        &self.transactional_id
+    }
+
+    /// Registers the id with its coordinator, fencing any older producer
+    /// with it and aborting what that one left open.
+    pub async fn init(&self, timeout: Duration) -> Result<(), TransactionError> {
+        self.blocking(move |p| p.init_transactions(timeout)).await
+    }
+
+    /// Begins a transaction: local, does not block.
+    pub fn begin(&self) -> Result<(), TransactionError> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| TransactionError::from_kafka(e, &self.transactional_id))
+    }
+
+    /// Flushes every queued record and commits the transaction.
+    pub async fn commit(&self, timeout: Duration) -> Result<(), TransactionError> {
+        self.blocking(move |p| p.commit_transaction(timeout)).await
+    }
+
+    /// Aborts the transaction: what it holds never becomes visible; queued
+    /// records come back purged.
+    pub async fn abort(&self, timeout: Duration) -> Result<(), TransactionError> {
+        self.blocking(move |p| p.abort_transaction(timeout)).await
+    }
+
+    async fn blocking(
+        &self,
+        call: impl FnOnce(&ThreadedProducer<DeliveryContext>) -> Result<(), KafkaError> + Send + 'static,
+    ) -> Result<(), TransactionError> {
+        let producer = Arc::clone(&self.producer);
+        let id = Arc::clone(&self.transactional_id);
+        let joined = tokio::task::spawn_blocking(move || call(&producer)).await;
+        match joined {
+            Ok(result) => result.map_err(|e| TransactionError::from_kafka(e, &id)),
+            Err(e) => Err(TransactionError::Fatal {
+                code: RDKafkaErrorCode::Fail,
+                message: format!("the transaction call did not finish: {e}"),
+            }),
+        }
+    }
+}
+
+impl KafkaSink {
+    /// A sink whose producer is transactional with `transactional_id`.
+    /// Transactions are initialised separately ([`TransactionControl::init`]).
+    pub(crate) fn transactional(
+        brokers: &str,
+        kafka: &KafkaConfig,
+        window: QueueBound,
+        stats: Option<StatsHook>,
+        transactional_id: &str,
+    ) -> Result<(KafkaSink, TransactionControl), SinkError> {
+        let sink = KafkaSink::build(brokers, kafka, window, stats, Some(transactional_id))?;
+        let control = TransactionControl {
+            producer: sink.producer(),
+            transactional_id: Arc::from(transactional_id),
+        };
+        Ok((sink, control))
+    }
+
+    /// Whether the producer's fatal error is a fencing.
+    pub(crate) fn fenced(&self) -> bool {
+        self.fatal_code().is_some_and(is_fencing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fencing_codes_are_told_apart_from_other_failures() {
+        for code in FENCING {
+            assert!(is_fencing(code), "{code:?}");
+        }
+        for code in [
+            RDKafkaErrorCode::Fatal,
+            RDKafkaErrorCode::MessageTimedOut,
+            RDKafkaErrorCode::FencedLeaderEpoch,
+        ] {
+            assert!(!is_fencing(code), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn a_flush_timeout_is_abortable_and_a_fencing_names_the_id() {
+        let e =
+            TransactionError::from_kafka(KafkaError::Flush(RDKafkaErrorCode::MessageTimedOut), "x");
+        assert!(matches!(e, TransactionError::Abortable { .. }), "{e:?}");
+        let e = TransactionError::Fenced {
+            transactional_id: "outboxd-1/app/s".into(),
+            message: "producer fenced".into(),
+        };
+        assert!(e.to_string().contains("\"outboxd-1/app/s\""), "{e}");
+    }
+}
