@@ -2,13 +2,15 @@
 //! sees every committed event once, in per-key commit order, also across
 //! `kill -9`; the position ledger's entries are inside the transactions.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::faults::join;
+use super::standby::{readyz_until, start_on_port};
 use super::support::{
     aggregates, confirmed_lsn, env, ledger_entries, payload_texts, use_ledger_topic,
     verify_reading, wait_for, Env, ReadBack, Relay, Sent,
 };
+use crate::harness::http::free_port;
 use crate::harness::kafka::shared;
 
 const EXACTLY_ONCE: &str = "[relay]\ndelivery = \"exactly-once\"\n";
@@ -133,4 +135,178 @@ async fn kill_9_twice_under_four_writers_repeats_nothing() {
     let sent = join(writers).await;
     verify_once(broker, &e, sent).await;
     drop(relay);
+}
+
+/// A database transaction larger than `transaction_max_events` is split
+/// over Kafka transactions; a `kill -9` in its middle resumes inside it,
+/// from the ledger's entry (`inside`), without a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_inside_a_split_database_transaction_repeats_nothing() {
+    const ROWS: usize = 100_000;
+    const PER_KAFKA_TRANSACTION: usize = 10_000;
+    let broker = shared();
+    let slot = "eos_split";
+    let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
+    let e = env(
+        broker.bootstrap(),
+        slot,
+        &format!(
+            "{EXACTLY_ONCE}transaction_max_events = {PER_KAFKA_TRANSACTION}\n\
+             max_in_flight_events = {PER_KAFKA_TRANSACTION}\n"
+        ),
+    );
+    use_ledger_topic(&e, &ledger_topic);
+    let mut relay = Relay::start(&e);
+    let url = e.pg.url("postgres", Some("postgres"), "app");
+    let writer = tokio::spawn(async move {
+        let (mut client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let aggs = aggregates(40);
+        super::support::write(&mut client, slot, &aggs, ROWS, &[ROWS], 0).await
+    });
+    // Killed once the ledger holds a position inside the transaction.
+    let inside = tokio::task::block_in_place(|| {
+        let mut inside = None;
+        wait_for(
+            "a ledger entry inside the transaction",
+            Duration::from_secs(300),
+            || {
+                inside = ledger_entries(broker, &ledger_topic)
+                    .into_iter()
+                    .rev()
+                    .find_map(|(_, entry)| entry.inside);
+                inside.is_some()
+            },
+        );
+        inside.unwrap()
+    });
+    relay.signal("-KILL");
+    assert!(relay.wait(Duration::from_secs(10)).is_some());
+    assert!(
+        (inside.events as usize) < ROWS,
+        "killed inside the transaction: {inside:?}"
+    );
+    let relay = Relay::start(&e);
+    let sent = writer.await.unwrap();
+    verify_once(broker, &e, sent).await;
+    let log = relay.log();
+    eprintln!(
+        "split transaction: {ROWS} rows, killed with {} of them committed to Kafka",
+        inside.events
+    );
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// The hot standby of an exactly-once relay shares its transactional id:
+/// taking over after a `kill -9` of the active fences it, within 5 s, and
+/// repeats nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_a_killed_active_within_5s_and_repeats_nothing() {
+    let broker = shared();
+    let slot = "eos_standby";
+    let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut active = start_on_port(&e, port_a);
+    let ready = tokio::task::block_in_place(|| {
+        readyz_until(port_a, Duration::from_secs(60), |s, _| s == 200)
+    });
+    assert_eq!(ready.map(|r| r.0), Some(200), "{}", active.log());
+    let standby = start_on_port(&e, port_b);
+    let waiting = tokio::task::block_in_place(|| {
+        readyz_until(port_b, Duration::from_secs(30), |_, body| {
+            body.starts_with("standby")
+        })
+    });
+    assert!(waiting.is_some_and(|(s, _)| s == 503), "{}", standby.log());
+    let pg = &e.pg;
+    let start = confirmed_lsn(pg, slot);
+    let writers = spawn_writers(&e, slot, 40_000, 4);
+    tokio::task::block_in_place(|| {
+        wait_for("first confirmations", Duration::from_secs(120), || {
+            confirmed_lsn(pg, slot) > start
+        });
+        std::thread::sleep(Duration::from_secs(1));
+    });
+    assert!(writers.iter().any(|w| !w.is_finished()), "under load");
+    active.signal("-KILL");
+    let killed = Instant::now();
+    assert!(active.wait(Duration::from_secs(10)).is_some());
+    let after = tokio::task::block_in_place(|| {
+        readyz_until(port_b, Duration::from_secs(60), |s, _| s == 200)
+    });
+    let takeover = killed.elapsed();
+    assert_eq!(after.map(|r| r.0), Some(200), "{}", standby.log());
+    let sent = join(writers).await;
+    verify_once(broker, &e, sent).await;
+    eprintln!("exactly-once takeover after kill -9: {takeover:?}");
+    assert!(
+        takeover <= Duration::from_secs(5),
+        "takeover took {takeover:?}"
+    );
+}
+
+/// A zombie: the active is paused (SIGSTOP) until the walsender gave up on
+/// it (`wal_sender_timeout` 4 s) and the standby took over, then resumed.
+/// Nothing it had in flight becomes visible, it stops writing, and it says
+/// it was fenced (or, had it nothing to commit, stands by).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_active_woken_after_the_takeover_is_fenced_and_repeats_nothing() {
+    let broker = shared();
+    let slot = "eos_zombie";
+    let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
+    e.pg.psql("app", "ALTER SYSTEM SET wal_sender_timeout = '4s'");
+    e.pg.psql("app", "SELECT pg_reload_conf()");
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut zombie = start_on_port(&e, port_a);
+    let ready = tokio::task::block_in_place(|| {
+        readyz_until(port_a, Duration::from_secs(60), |s, _| s == 200)
+    });
+    assert_eq!(ready.map(|r| r.0), Some(200), "{}", zombie.log());
+    let standby = start_on_port(&e, port_b);
+    tokio::task::block_in_place(|| {
+        readyz_until(port_b, Duration::from_secs(30), |_, body| {
+            body.starts_with("standby")
+        })
+    });
+    let pg = &e.pg;
+    let start = confirmed_lsn(pg, slot);
+    let writers = spawn_writers(&e, slot, 40_000, 4);
+    tokio::task::block_in_place(|| {
+        wait_for("first confirmations", Duration::from_secs(120), || {
+            confirmed_lsn(pg, slot) > start
+        });
+    });
+    zombie.signal("-STOP");
+    let took_over = tokio::task::block_in_place(|| {
+        let over = readyz_until(port_b, Duration::from_secs(60), |s, _| s == 200);
+        std::thread::sleep(Duration::from_secs(2));
+        over
+    });
+    assert_eq!(took_over.map(|r| r.0), Some(200), "{}", standby.log());
+    zombie.signal("-CONT");
+    // It either commits what it held, is told it was fenced and exits, or
+    // finds its stream gone first and stands by.
+    let exit = tokio::task::block_in_place(|| zombie.wait(Duration::from_secs(30)));
+    let log = zombie.log();
+    match exit {
+        Some(status) => {
+            assert!(!status.success(), "a fenced relay exits non-zero");
+            assert!(log.contains("fenced"), "says it was fenced:\n{log}");
+        }
+        None => assert!(
+            log.contains("standing by"),
+            "neither fenced nor standing by:\n{log}"
+        ),
+    }
+    let sent = join(writers).await;
+    verify_once(broker, &e, sent).await;
+    eprintln!(
+        "zombie: {}",
+        match exit {
+            Some(status) => format!("fenced, exited with {status}"),
+            None => "stood by".into(),
+        }
+    );
 }

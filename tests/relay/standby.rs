@@ -17,14 +17,14 @@ const TAKEOVER_BOUND: Duration = Duration::from_secs(5);
 /// backoff (0.5 s, 1 s, 2 s, 4 s, ...) to show, and for several looks.
 const STANDING_BY: Duration = Duration::from_secs(8);
 
-fn start_on_port(e: &super::support::Env, port: u16) -> Relay {
+pub(super) fn start_on_port(e: &super::support::Env, port: u16) -> Relay {
     let listen = format!("127.0.0.1:{port}");
     Relay::start_with_env(e, &[("OUTBOXD_METRICS__LISTEN", listen.as_str())])
 }
 
 /// Polls `/readyz` until `want(status, body)`, up to `timeout`; the last
 /// answer either way.
-fn readyz_until(
+pub(super) fn readyz_until(
     port: u16,
     timeout: Duration,
     want: impl Fn(u16, &str) -> bool,
