@@ -73,6 +73,8 @@ fn main() {
         .set("bootstrap.servers", &args.brokers)
         .set("group.id", format!("outboxd-bench-{}", std::process::id()))
         .set("enable.auto.commit", "false")
+        // Only committed records (exactly-once): librdkafka's default, said.
+        .set("isolation.level", "read_committed")
         .set("fetch.wait.max.ms", "50")
         .create()
         .expect("consumer");

@@ -55,6 +55,11 @@
 #   BENCH_AB_ROUNDS="5 3"       A/B rounds for the 1-row and the bulk backlog
 #   BENCH_BASELINE_BIN=PATH     an outboxd binary to use as the baseline (A)
 #                               instead of building REV
+#   BENCH_HEAD_TOML, BENCH_BASE_TOML   TOML appended to HEAD's (B) or the baseline's
+#                               (A) configuration in the A/B and latency phases, `\n`
+#                               for newlines; with BENCH_BASELINE_BIN=target/release/outboxd
+#                               and BENCH_HEAD_TOML='[relay]\ndelivery = "exactly-once"'
+#                               B is exactly-once and A at-least-once, one binary
 #   BENCH_AB_MAX_LOSS=0.05      HEAD slower than the baseline by more than this
 #                               (median drain rate of a shape) fails the run
 #   BENCH_FLOOR_RATE=1000       rate of the latency phase (scripts/lib/floor.sh):

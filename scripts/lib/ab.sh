@@ -7,6 +7,11 @@
 #                           dir, once per commit; sets $ab_base_bin
 #                           (BENCH_BASELINE_BIN=PATH: that binary instead)
 #   outboxd_toml DB SLOT    the default configuration for DB and SLOT (stdout)
+#   outboxd_extra WHO       BENCH_HEAD_TOML (WHO=head) or BENCH_BASE_TOML
+#                           (WHO=base), appended to that side's configuration:
+#                           e.g. BENCH_BASELINE_BIN=target/release/outboxd and
+#                           BENCH_HEAD_TOML='[relay]\ndelivery = "exactly-once"'
+#                           compare the two delivery modes of one binary
 #   ab_phase TXN REPS       one backlog of $events events in TXN-row
 #                           transactions; REPS rounds of A, B and the ceiling
 #
@@ -31,6 +36,13 @@ slot = "$2"
 [kafka]
 brokers = "$KAFKA_BROKERS"
 CONF
+}
+
+# Extra TOML for one side of the comparison (`\n` for newlines).
+outboxd_extra() { # head|base
+  local extra=${BENCH_BASE_TOML:-}
+  [[ $1 == head ]] && extra=${BENCH_HEAD_TOML:-}
+  [[ -z $extra ]] || printf '%b\n' "$extra"
 }
 
 ab_build_baseline() { # rev
@@ -64,8 +76,8 @@ ab_build_baseline() { # rev
 
 # One outboxd drain of slot SLOT by BINARY into topic prefix RUN; records
 # RUN's figures.
-ab_drain_outboxd() { # binary db slot run count
-  local binary=$1 db=$2 slot=$3 run=$4 count=$5 dir=$out/ab
+ab_drain_outboxd() { # binary db slot run count who
+  local binary=$1 db=$2 slot=$3 run=$4 count=$5 who=$6 dir=$out/ab
   local port
   port=$(servers_free_port)
   # Metrics on, statistics every second: the produce requests of the drain
@@ -79,6 +91,7 @@ topic = "$run.\${aggregate_type}"
 [metrics]
 listen = "127.0.0.1:$port"
 CONF
+  outboxd_extra "$who" >>"$dir/$run.toml"
   start_consumer ab "$run" "$count" "$run.ab"
   local started
   started=$(now_ms)
@@ -134,7 +147,7 @@ ab_phase() { # txn reps
     for who in $first $second; do
       local binary=$bin/outboxd
       [[ $who == head ]] || binary=$ab_base_bin
-      ab_drain_outboxd "$binary" "$db" "ab_${who}_$i" "ab-$txn-$who-$i" "$count"
+      ab_drain_outboxd "$binary" "$db" "ab_${who}_$i" "ab-$txn-$who-$i" "$count" "$who"
     done
     ab_drain_ceiling "$db" "ab_ceiling_$i" "ab-$txn-ceiling-$i" "$endpos"
     log "A/B $txn-row round $i: $(python3 "$root/scripts/lib/ab_report.py" round "$out" "$tck" "$txn" "$i")"

@@ -19,10 +19,11 @@
 floor_shapes=${BENCH_FLOOR_SHAPES:-1 10}
 
 # A relay on a slot made now (so it sees only what follows), caught up.
-floor_start_outboxd() { # binary db slot run
-  local binary=$1 db=$2 slot=$3 run=$4 dir=$out/lat _
+floor_start_outboxd() { # binary db slot run who
+  local binary=$1 db=$2 slot=$3 run=$4 who=$5 dir=$out/lat _
   servers_psql "$db" -c "SELECT pg_create_logical_replication_slot('$slot', 'pgoutput')" >/dev/null
   outboxd_toml "$db" "$slot" >"$dir/$run.toml"
+  outboxd_extra "$who" >>"$dir/$run.toml"
   "$binary" run --config "$dir/$run.toml" 2>>"$dir/$run.relay.log" &
   relay_pid=$!
   for _ in $(seq 1 100); do
@@ -56,7 +57,7 @@ floor_phase() { # rate
         binary=$ab_base_bin
       fi
       local run=lat-$who-$txn
-      floor_start_outboxd "$binary" "$db" "lat_$who" "$run"
+      floor_start_outboxd "$binary" "$db" "lat_$who" "$run" "$who"
       start_consumer lat "$run" "$n"
       write_events lat "$db" "$run" "$txn" "$count" "$rate"
       wait_consumer lat "$run"
