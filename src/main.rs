@@ -130,7 +130,7 @@ enum Command {
         #[arg(long, value_enum, default_value_t = audit::Format::Text)]
         format: audit::Format,
         /// Judge duplicates as this delivery mode does. Default: the
-        /// relay's mode (at-least-once, the only one today).
+        /// relay's mode (`relay.delivery`).
         #[arg(long, value_enum)]
         mode: Option<audit::DeliveryMode>,
         /// Rows read per query.

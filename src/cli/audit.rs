@@ -69,13 +69,12 @@ pub enum DeliveryMode {
 }
 
 impl DeliveryMode {
-    /// The mode the configuration runs the relay in. outboxd relays
-    /// at-least-once (an idempotent producer, the slot confirmed after the
-    /// acks: a crash resends the unconfirmed window); there is no
-    /// exactly-once mode yet, so this is at-least-once until one exists
-    /// and is configured.
-    pub fn configured(_cfg: &Config) -> DeliveryMode {
-        DeliveryMode::AtLeastOnce
+    /// The mode the configuration runs the relay in (`relay.delivery`).
+    pub fn configured(cfg: &Config) -> DeliveryMode {
+        match cfg.relay.delivery {
+            crate::config::DeliveryMode::AtLeastOnce => DeliveryMode::AtLeastOnce,
+            crate::config::DeliveryMode::ExactlyOnce => DeliveryMode::ExactlyOnce,
+        }
     }
 
     pub(crate) fn name(self) -> &'static str {
