@@ -21,17 +21,6 @@ const BIG_MESSAGE: usize = 200 << 20;
 /// The relay's peak RSS must stay this far below the message size.
 const PEAK_RSS_BOUND: u64 = 64 << 20;
 
-/// Peak resident set size (VmHWM) of a process, in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/<pid>/status");
-    kib * 1024
-}
-
 fn insert(n: u32) -> String {
     format!(
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
@@ -72,7 +61,7 @@ fn a_huge_message_of_another_prefix_streams_past_without_being_held() {
         Duration::from_secs(60),
         || confirmed_lsn(&e.pg, "bigmsg") >= end,
     );
-    let peak = peak_rss(relay.child.id());
+    let peak = relay.peak_rss_kib() * 1024;
     eprintln!(
         "peak RSS through two {} MiB messages of another prefix: {:.1} MiB",
         BIG_MESSAGE >> 20,
@@ -121,7 +110,7 @@ fn drain(slot: &str, rows: usize) {
         broker.record_count(&topic) >= DRAIN_EVENTS
     });
     let took = start.elapsed();
-    let peak = peak_rss(relay.child.id());
+    let peak = relay.peak_rss_kib() * 1024;
     eprintln!(
         "drain of {DRAIN_EVENTS} events in {rows}-row transactions: {:.1} s, peak RSS {:.1} MiB",
         took.as_secs_f64(),
@@ -185,7 +174,7 @@ async fn peak_rss_through_a_60_s_broker_outage_under_load() {
         Duration::from_secs(600),
         || b.record_count(&topic) >= written,
     );
-    let peak = peak_rss(relay.child.id());
+    let peak = relay.peak_rss_kib() * 1024;
     eprintln!(
         "60 s broker outage under load ({written} events): peak RSS {:.1} MiB",
         mib(peak)

@@ -137,6 +137,18 @@ impl Relay {
         Relay { child, log }
     }
 
+    /// The process's peak resident memory so far (VmHWM), in KiB; 0 once
+    /// it is gone.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// The relay's log without the per-event trail (see [`event_trail`]).
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log)
