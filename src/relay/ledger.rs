@@ -20,8 +20,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
+use super::telemetry::{RelayEvent, RelayTelemetry};
 use super::{RelayError, RelaySettings};
-use crate::metrics as m;
 use crate::progress::ledger::{
     decide_start, format_time_us, select_entry, AcceptedGap, GapReason, InsideTransaction,
     LedgerEntry, LedgerIdentity, LedgerWriter, SlotState, StartDecision, StartInputs,
@@ -65,6 +65,7 @@ pub(super) struct RelayLedger {
     expect_ahead: bool,
     /// The entries were read from the topic and no session used them yet.
     fresh: bool,
+    telemetry: RelayTelemetry,
 }
 
 /// What the gate found, for the session.
@@ -104,15 +105,19 @@ impl RelayLedger {
             entries = entries.len(),
             "read the position ledger"
         );
-        if let Some(e) = entries.iter().max_by_key(|e| e.written_at_us) {
-            m::gauge_lsn(m::LEDGER_LSN, e.confirmed_lsn);
-        }
+        let telemetry = RelayTelemetry::new(&settings.health);
+        let newest = entries.iter().max_by_key(|e| e.written_at_us);
+        telemetry.emit(RelayEvent::LedgerRead {
+            newest: newest.map(|e| e.confirmed_lsn),
+        });
         let known = Arc::new(Mutex::new(entries));
         let (pending, rx) = watch::channel((0, None));
         let (done, written) = watch::channel(0);
-        tokio::spawn(write_entries(topic, rx, done, Arc::clone(&known)));
-        metrics::gauge!(m::LEDGER_GAP).set(0.0);
-        metrics::counter!(m::EVENTS_SKIPPED).increment(0);
+        let writer = Writer {
+            known: Arc::clone(&known),
+            telemetry: telemetry.clone(),
+        };
+        tokio::spawn(write_entries(topic, rx, done, writer));
         Ok(RelayLedger {
             database,
             slot,
@@ -123,6 +128,7 @@ impl RelayLedger {
             streamed: false,
             expect_ahead: false,
             fresh: true,
+            telemetry,
         })
     }
 
@@ -204,8 +210,7 @@ impl RelayLedger {
                 SlotPlan::AsConfigured
             }
             StartDecision::Gap(gap) => {
-                metrics::gauge!(m::LEDGER_GAP).set(1.0);
-                settings.health.set_gap(Some(gap.to_string()));
+                self.telemetry.emit(RelayEvent::Gap(Some(&gap)));
                 // Streamed by this process and gone: the relay names it as
                 // a lost slot, with what it confirmed itself.
                 if self.streamed && gap.reason == GapReason::SlotMissing {
@@ -234,8 +239,7 @@ impl RelayLedger {
                 }
             }
         };
-        metrics::gauge!(m::LEDGER_GAP).set(0.0);
-        settings.health.set_gap(None);
+        self.telemetry.emit(RelayEvent::Gap(None));
         Ok(plan)
     }
 
@@ -254,7 +258,6 @@ impl RelayLedger {
     /// Exactly-once: `entry` was committed in a Kafka transaction; the next
     /// session's gate starts from it (until the ledger is read again).
     pub(super) fn committed(&self, entry: LedgerEntry) {
-        m::gauge_lsn(m::LEDGER_LSN, entry.confirmed_lsn);
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
         known.retain(|e| e.identity() != entry.identity());
         known.push(entry);
@@ -313,13 +316,19 @@ impl RelayLedger {
     }
 }
 
+/// What the writer task shares with the relay.
+struct Writer {
+    known: Arc<Mutex<Vec<LedgerEntry>>>,
+    telemetry: RelayTelemetry,
+}
+
 /// The writer task: writes the newest pending entry, again after a failure
 /// (unless a newer one came meanwhile), until the relay is gone.
 async fn write_entries(
     mut topic: LedgerTopic,
     mut pending: watch::Receiver<(u64, Option<LedgerEntry>)>,
     done: watch::Sender<u64>,
-    known: Arc<Mutex<Vec<LedgerEntry>>>,
+    writer: Writer,
 ) {
     while pending.changed().await.is_ok() {
         let (number, entry) = pending.borrow_and_update().clone();
@@ -327,8 +336,10 @@ async fn write_entries(
         loop {
             match topic.write(&entry).await {
                 Ok(_) => {
-                    m::gauge_lsn(m::LEDGER_LSN, entry.confirmed_lsn);
-                    let mut known = known.lock().unwrap_or_else(|e| e.into_inner());
+                    writer
+                        .telemetry
+                        .emit(RelayEvent::LedgerWritten(entry.confirmed_lsn));
+                    let mut known = writer.known.lock().unwrap_or_else(|e| e.into_inner());
                     known.retain(|e| e.identity() != entry.identity());
                     known.push(entry);
                     done.send_replace(number);

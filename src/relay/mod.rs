@@ -20,6 +20,7 @@ mod session;
 mod slot_record;
 mod standby;
 mod table_watch;
+mod telemetry;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::config::{Config, OnError};
-use crate::metrics::{self as m, Health};
+use crate::metrics::Health;
 use crate::outbox::{MappingConfigError, TableMappers};
 use crate::progress::ledger::StartGap;
 use crate::sink::{LedgerTopicError, SinkError, TransactionError};
@@ -41,8 +42,9 @@ pub use session::EVENTS_TARGET;
 pub(crate) use dead_letter::{
     from_record as dead_letter_refused, from_unmappable as dead_letter_unmappable,
 };
-use session::{PoisonMemory, ReconnectCause, SessionEnd, DEAD_LETTER_REASONS};
+use session::{PoisonMemory, ReconnectCause, SessionEnd};
 use slot_record::SlotRecord;
+use telemetry::{RelayEvent, RelayTelemetry};
 
 /// A session that ran this long without failing resets the backoff.
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
@@ -172,7 +174,11 @@ pub async fn run(
     let mut mapper = TableMappers::new(&settings.config.tables())?;
     let mut poison = PoisonMemory::default();
     let relay = settings.config.relay.clone();
-    register_metrics(&settings.config, &mapper);
+    let telemetry = RelayTelemetry::new(&settings.health);
+    telemetry.emit(RelayEvent::Starting {
+        config: &settings.config,
+        mappers: &mapper,
+    });
     // Opened before the first session, again after a failure that
     // reconnecting may fix (Kafka unreachable at start).
     let mut ledger: Option<ledger::RelayLedger> = None;
@@ -220,11 +226,7 @@ pub async fn run(
                 l.streaming();
             }
         }
-        // Whatever was in flight is re-read by the next session.
-        let health = Arc::clone(&settings.health);
-        health.session_ended();
-        metrics::gauge!(m::IN_FLIGHT_EVENTS).set(0.0);
-        metrics::gauge!(m::IN_FLIGHT_BYTES).set(0.0);
+        telemetry.emit(RelayEvent::SessionEnded);
         let (cause, detail) = match result {
             Ok(SessionEnd::Shutdown) => return Ok(()),
             // Kafka-side ends; the session marked Kafka down if it was a
@@ -239,7 +241,7 @@ pub async fn run(
                 let pid = standby::slot_holder(&e).flatten();
                 permanent = 0;
                 backoff = relay.reconnect_backoff_min;
-                match standby::wait(&settings, pid, &mut stop_rx.clone()).await {
+                match standby::wait(&settings, &telemetry, pid, &mut stop_rx.clone()).await {
                     standby::Wait::Released => {
                         if let Some(l) = &mut ledger {
                             l.taking_over();
@@ -275,62 +277,31 @@ pub async fn run(
                 }
                 let detail = e.to_string();
                 let cause = match e {
-                    RelayError::Source(_) => {
-                        health.postgres_down(Some(&detail));
-                        ReconnectCause::Postgres
-                    }
-                    _ => {
-                        health.kafka_down(&detail);
-                        ReconnectCause::Kafka
-                    }
+                    RelayError::Source(_) => ReconnectCause::Postgres,
+                    _ => ReconnectCause::Kafka,
                 };
+                telemetry.emit(RelayEvent::Down {
+                    side: cause,
+                    cause: &detail,
+                });
                 (cause, detail)
             }
         };
         if started.elapsed() >= HEALTHY_SESSION {
             backoff = relay.reconnect_backoff_min;
         }
-        metrics::counter!(crate::metrics::RECONNECTS, "cause" => cause.label()).increment(1);
-        let cause = detail;
-        if permanent > 0 {
-            tracing::error!(
-                %cause,
-                attempt = permanent,
-                max_permanent_failures = relay.max_permanent_failures,
-                backoff_ms = backoff.as_millis() as u64,
-                "cannot start the relay; retrying, then stopping unless the cause is fixed"
-            );
-        } else {
-            tracing::warn!(%cause, backoff_ms = backoff.as_millis() as u64, "relay interrupted; resuming from the slot");
-        }
+        telemetry.emit(RelayEvent::Reconnecting {
+            cause,
+            detail: &detail,
+            backoff,
+            permanent,
+            max_permanent: relay.max_permanent_failures,
+        });
         let mut stop = stop_rx.clone();
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
         backoff = (backoff * 2).min(relay.reconnect_backoff_max);
-    }
-}
-
-/// The configured limits, and every known label value at 0, so each series
-/// exists from the start (rate() and absent() need that).
-fn register_metrics(config: &Config, mappers: &TableMappers) {
-    metrics::gauge!(m::IN_FLIGHT_EVENTS_LIMIT).set(config.relay.max_in_flight_events as f64);
-    metrics::gauge!(m::IN_FLIGHT_BYTES_LIMIT).set(config.relay.max_in_flight_bytes as f64);
-    metrics::gauge!(m::HALTED).set(0.0);
-    if config.relay.delivery == crate::config::DeliveryMode::ExactlyOnce {
-        for outcome in ["committed", "aborted"] {
-            metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome).increment(0);
-        }
-        metrics::counter!(m::FENCED).increment(0);
-    }
-    for cause in ReconnectCause::ALL {
-        metrics::counter!(m::RECONNECTS, "cause" => cause.label()).increment(0);
-    }
-    for table in mappers.labels() {
-        for reason in DEAD_LETTER_REASONS {
-            metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => reason, "table" => table.to_owned())
-                .increment(0);
-        }
     }
 }

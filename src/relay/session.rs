@@ -186,6 +186,9 @@ struct Session<'a, D> {
     /// Exactly-once: the position of the last committed ledger entry, which
     /// the slot is never confirmed past.
     committed: Lsn,
+    /// The walsender said it has nothing more for now (a keepalive between
+    /// transactions) since the last item: the stream is idle.
+    idle: bool,
 }
 
 impl<'a, D: Delivery> Session<'a, D> {
@@ -252,6 +255,7 @@ impl<'a, D: Delivery> Session<'a, D> {
             slot,
             ledger_key,
             committed: start_lsn,
+            idle: false,
         };
         let mut drain_deadline: Option<Instant> = None;
         let far = Instant::now() + Duration::from_secs(86400 * 365);
@@ -320,7 +324,6 @@ impl<'a, D: Delivery> Session<'a, D> {
             // transaction, so a restart does not repeat half of it.
             let reading = s.may_read();
             let ledger_due = s.ledger_due();
-            let mut caught_up = false;
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|v| *v), if drain_deadline.is_none() => {
@@ -367,7 +370,6 @@ impl<'a, D: Delivery> Session<'a, D> {
                             break;
                         }
                         let Some(streamed) = s.source.try_recv() else {
-                            caught_up = true;
                             // Caught up with the walsender and little in
                             // flight: no batch mate is coming, so lingering
                             // would only add latency. A deep queue means a
@@ -388,7 +390,7 @@ impl<'a, D: Delivery> Session<'a, D> {
                     // Nothing of the halted transaction becomes visible.
                     s.abort("the relay halted").await;
                 }
-                if let Some(end) = s.commit_if_due(caught_up).await? {
+                if let Some(end) = s.commit_if_due().await? {
                     return Ok(end);
                 }
             }
@@ -452,7 +454,7 @@ impl<'a, D: Delivery> Session<'a, D> {
     /// transaction, or an idle ledger move, is due).
     fn ledger_due(&self) -> Option<Instant> {
         if D::TRANSACTIONAL {
-            return self.commit_due(false, Instant::now());
+            return self.commit_due(Instant::now());
         }
         let writer = self.ledger_writer.as_ref()?;
         let at = writer.due_at(self.source.reported().confirmed, std::time::Instant::now())?;
@@ -472,11 +474,13 @@ impl<'a, D: Delivery> Session<'a, D> {
         match streamed {
             Streamed::Item { item, received_at } => {
                 self.received_at = received_at;
+                self.idle = false;
                 self.on_item(item).await
             }
             // Halted: nothing after the poison event becomes a checkpoint.
             Streamed::Idle(wal_end) => {
                 self.window.keepalive(wal_end);
+                self.idle = true;
                 Ok(None)
             }
             Streamed::Drained => {

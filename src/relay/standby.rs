@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
+use super::telemetry::{RelayEvent, RelayTelemetry};
 use super::{RelayError, RelaySettings};
 use crate::source::admin::{self, AdminError};
 use crate::source::replication::ReplicationError;
@@ -62,11 +63,11 @@ pub(super) fn slot_holder(e: &RelayError) -> Option<Option<i32>> {
 /// Stands by until the slot is released or shutdown is requested.
 pub(super) async fn wait(
     settings: &RelaySettings,
+    telemetry: &RelayTelemetry,
     pid: Option<i32>,
     stop: &mut watch::Receiver<bool>,
 ) -> Wait {
-    let health = &settings.health;
-    health.stand_by(pid);
+    telemetry.emit(RelayEvent::StandingBy { pid });
     let every = settings.config.relay.standby_poll_interval;
     let mut client = None;
     loop {
@@ -76,7 +77,7 @@ pub(super) async fn wait(
         }
         let look = tokio::time::timeout(LOOK_TIMEOUT, holder(&settings.source, &mut client));
         match look.await {
-            Ok(Ok(Some(pid))) => health.stand_by(Some(pid)),
+            Ok(Ok(Some(pid))) => telemetry.emit(RelayEvent::StandingBy { pid: Some(pid) }),
             Ok(Ok(None)) => return Wait::Released,
             Ok(Err(error)) => {
                 tracing::debug!(%error, "standby: cannot look at the slot; trying to start a session");

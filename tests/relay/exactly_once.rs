@@ -176,7 +176,8 @@ async fn kill_9_inside_a_split_database_transaction_repeats_nothing() {
         let aggs = aggregates(40);
         super::support::write(&mut client, slot, &aggs, rows, &[rows], 0).await
     });
-    // Killed once the ledger holds a position inside the transaction.
+    // Killed once the ledger holds a position in the middle of the
+    // transaction.
     let inside = tokio::task::block_in_place(|| {
         let mut inside = None;
         wait_for(
@@ -187,7 +188,7 @@ async fn kill_9_inside_a_split_database_transaction_repeats_nothing() {
                     .into_iter()
                     .rev()
                     .find_map(|(_, entry)| entry.inside);
-                inside.is_some()
+                inside.is_some_and(|i| i.events as usize >= rows / 2)
             },
         );
         inside.unwrap()

@@ -7,8 +7,12 @@
 //! when a database transaction is split, how many of the next one's events.
 //! It commits when it holds `relay.transaction_max_events`, when the window
 //! is full (its reports wait for the commit), after
-//! `relay.transaction_max_delay`, or once the relay caught up with the
-//! walsender between two database transactions. An idle relay whose
+//! `relay.transaction_max_delay`, or once the stream is idle: the walsender
+//! sends a keepalive between transactions as soon as it waits for WAL
+//! (PostgreSQL's `WalSndWaitForWal`), which no backlog ever lets it do. (An
+//! empty hand-over channel is no such sign: in a backlog the relay often
+//! outpaces the driver, and committing then cost 6 × the throughput.) An
+//! idle relay whose
 //! position moved past the ledger (WAL of other tables, keepalives) commits
 //! a transaction holding only the ledger entry, once per status interval.
 //!
@@ -30,19 +34,16 @@ use crate::sink::{ledger_record, TransactionError};
 
 impl<D: Delivery> Session<'_, D> {
     /// When the open Kafka transaction (or an idle ledger move) is due, if
-    /// anything is to commit; `caught_up`: the relay read everything the
-    /// walsender sent so far.
-    pub(super) fn commit_due(&self, caught_up: bool, now: Instant) -> Option<Instant> {
+    /// anything is to commit.
+    pub(super) fn commit_due(&self, now: Instant) -> Option<Instant> {
         if !D::TRANSACTIONAL || self.window.halted().is_some() || self.window.waiting() > 0 {
             return None;
         }
         let relay = &self.settings.config.relay;
         match self.delivery.open_transaction() {
             Some((events, began)) => {
-                let between = self.window.position().inside.is_none();
-                let now_due = events >= relay.transaction_max_events
-                    || !self.window.may_read()
-                    || (caught_up && between);
+                let now_due =
+                    events >= relay.transaction_max_events || !self.window.may_read() || self.idle;
                 Some(if now_due {
                     now
                 } else {
@@ -62,12 +63,9 @@ impl<D: Delivery> Session<'_, D> {
     }
 
     /// Commits now if due (see [`Session::commit_due`]).
-    pub(super) async fn commit_if_due(
-        &mut self,
-        caught_up: bool,
-    ) -> Result<Option<SessionEnd>, RelayError> {
+    pub(super) async fn commit_if_due(&mut self) -> Result<Option<SessionEnd>, RelayError> {
         let now = Instant::now();
-        match self.commit_due(caught_up, now) {
+        match self.commit_due(now) {
             Some(at) if at <= now => self.commit().await,
             _ => Ok(None),
         }
