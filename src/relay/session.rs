@@ -230,21 +230,17 @@ impl<'a, D: Delivery> Session<'a, D> {
             events: relay.max_in_flight_events,
             bytes: relay.max_in_flight_bytes,
         };
+        let relayed = Relayed {
+            through: start.skip_through,
+            inside: start.inside,
+        };
         let mut s = Session {
             settings,
             status_updates: source.status_updates(),
             source,
             drained: false,
             mapper,
-            window: Window::new(
-                start_lsn,
-                Relayed {
-                    through: start.skip_through,
-                    inside: start.inside,
-                },
-                poison,
-                limits,
-            ),
+            window: Window::new(start_lsn, relayed, poison, limits),
             delivery,
             topics,
             received_at: Instant::now(),
@@ -254,7 +250,8 @@ impl<'a, D: Delivery> Session<'a, D> {
             ledger,
             slot,
             ledger_key,
-            committed: start_lsn,
+            // The ledger has everything up to its position in Kafka.
+            committed: relayed.through.map_or(start_lsn, |t| t.max(start_lsn)),
             idle: false,
         };
         let mut drain_deadline: Option<Instant> = None;
