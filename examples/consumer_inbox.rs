@@ -1,10 +1,11 @@
 //! The consumer's half of the outbox pattern: applies outbox events to its
 //! own PostgreSQL exactly once, whatever Kafka redelivers.
 //!
-//! outboxd delivers at least once: a relay restart resends what Kafka had
-//! not acknowledged yet, a backfill sends rows again, and a consumer that
-//! dies or loses its partitions in a rebalance reads again from its last
-//! committed offset. So this consumer:
+//! Events can come more than once: at-least-once (outboxd's default), a
+//! relay restart resends what was not confirmed yet; in either delivery
+//! mode a backfill sends rows again, and a consumer that dies or loses its
+//! partitions in a rebalance reads again from its last committed offset.
+//! So this consumer:
 //!
 //! 1. opens a transaction in its own database;
 //! 2. inserts the event id (the `id` header) into `inbox`, whose primary
@@ -23,9 +24,9 @@
 //! side effect are not one atomic step. See docs/consumers.md.
 //!
 //! It reads `read_committed`, so records of an aborted Kafka transaction
-//! are never applied (outboxd's producer is not transactional today; the
-//! setting costs nothing and is right when an exactly-once relay or any
-//! transactional producer writes the topic).
+//! are never applied: with `relay.delivery = "exactly-once"` outboxd
+//! writes in Kafka transactions, and an aborted one is sent again; at
+//! least once, the setting costs nothing.
 //!
 //! ```text
 //! consumer_inbox --brokers 127.0.0.1:9092 --group notifications \
