@@ -11,9 +11,11 @@
 //!   so never ahead of the acks), and the entries it hands out are written
 //!   by a task of their own, so the relay loop never waits for the ledger.
 //!
-//! A future exactly-once mode would write the entry in the same Kafka
-//! transaction as the records up to its position, instead of after their
-//! acknowledgements.
+//! With `relay.delivery = "exactly-once"` the session writes the entries
+//! itself, inside its Kafka transactions (`session::commit`), and tells the
+//! ledger here what committed ([`RelayLedger::committed`]); each session
+//! starts from the entries read again, `read_committed`
+//! ([`RelayLedger::refresh`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -14,11 +14,11 @@
 //!   isolation; the last value per key wins and a tombstone (null value)
 //!   deletes the key.
 //!
-//! A future exactly-once mode would not use [`LedgerTopic::write`]: its
-//! transactional producer would send [`ledger_record`]'s key and value to
-//! this topic between `begin_transaction` and `commit_transaction`, after
-//! the records of the transaction, so the position commits with them or not
-//! at all (read_committed readers never see an aborted entry).
+//! The exactly-once mode does not use [`LedgerTopic::write`]: its
+//! transactional producer sends [`ledger_record`]'s key and value to this
+//! topic inside each Kafka transaction, after the transaction's records, so
+//! the position commits with them or not at all (read_committed readers
+//! never see an aborted entry; see `relay::session::commit`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

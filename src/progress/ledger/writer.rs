@@ -14,9 +14,10 @@
 //!   the slot by about one interval), except [`LedgerWriter::flush`] at
 //!   shutdown, which writes the final position at once.
 //!
-//! A later exactly-once mode would not offer acked positions: it would write
-//! the entry for the last transaction of a Kafka transaction inside that
-//! transaction, so the entry and the records commit together.
+//! The exactly-once mode does not offer acked positions: it asks
+//! [`LedgerWriter::at`] for the entry of the position a Kafka transaction
+//! reaches and sends it inside that transaction, so the entry and the
+//! records commit together.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
