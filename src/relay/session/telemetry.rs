@@ -206,6 +206,7 @@ impl Telemetry {
                 seconds,
                 through,
             } => {
+                tracing::debug!(events, commit_ms = seconds * 1e3, %through, "Kafka transaction committed");
                 metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => "committed").increment(1);
                 metrics::histogram!(m::KAFKA_TRANSACTION_EVENTS).record(events as f64);
                 metrics::histogram!(m::KAFKA_TRANSACTION_COMMIT_SECONDS).record(seconds);
