@@ -42,9 +42,9 @@ pub use session::EVENTS_TARGET;
 pub(crate) use dead_letter::{
     from_record as dead_letter_refused, from_unmappable as dead_letter_unmappable,
 };
-use session::{PoisonMemory, ReconnectCause, SessionEnd};
+use session::{PoisonMemory, SessionEnd, DEAD_LETTER_REASONS};
 use slot_record::SlotRecord;
-use telemetry::{RelayEvent, RelayTelemetry};
+use telemetry::{ReconnectCause, RelayEvent, RelayTelemetry};
 
 /// A session that ran this long without failing resets the backoff.
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
@@ -178,6 +178,7 @@ pub async fn run(
     telemetry.emit(RelayEvent::Starting {
         config: &settings.config,
         mappers: &mapper,
+        dead_letter_reasons: &DEAD_LETTER_REASONS,
     });
     // Opened before the first session, again after a failure that
     // reconnecting may fix (Kafka unreachable at start).

@@ -41,6 +41,7 @@ mod transactional;
 mod verdicts;
 mod window;
 
+pub(super) use super::telemetry::ReconnectCause;
 pub(super) use poison::DEAD_LETTER_REASONS;
 pub use telemetry::EVENTS_TARGET;
 pub(super) use verdicts::PoisonMemory;
@@ -101,33 +102,6 @@ impl Reconnect {
             cause: ReconnectCause::Kafka,
             detail: "Kafka producer stopped".into(),
         })
-    }
-}
-
-/// The `cause` label of the reconnect counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ReconnectCause {
-    /// A delivery failed (timed out, fatal): reconnect from the slot.
-    KafkaDelivery,
-    /// Kafka otherwise: the producer, a topic, the cluster.
-    Kafka,
-    /// The source: PostgreSQL, the walsender, the stream.
-    Postgres,
-}
-
-impl ReconnectCause {
-    pub(super) const ALL: [ReconnectCause; 3] = [
-        ReconnectCause::KafkaDelivery,
-        ReconnectCause::Kafka,
-        ReconnectCause::Postgres,
-    ];
-
-    pub(super) fn label(self) -> &'static str {
-        match self {
-            ReconnectCause::KafkaDelivery => "kafka_delivery",
-            ReconnectCause::Kafka => "kafka",
-            ReconnectCause::Postgres => "postgres",
-        }
     }
 }
 

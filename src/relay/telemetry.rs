@@ -8,12 +8,38 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::session::{ReconnectCause, DEAD_LETTER_REASONS};
 use crate::config::{Config, DeliveryMode};
 use crate::metrics::{self as m, Health};
 use crate::outbox::TableMappers;
 use crate::progress::ledger::StartGap;
 use crate::Lsn;
+
+/// The `cause` label of the reconnect counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReconnectCause {
+    /// A delivery failed (timed out, fatal): reconnect from the slot.
+    KafkaDelivery,
+    /// Kafka otherwise: the producer, a topic, the cluster.
+    Kafka,
+    /// The source: PostgreSQL, the walsender, the stream.
+    Postgres,
+}
+
+impl ReconnectCause {
+    pub(super) const ALL: [ReconnectCause; 3] = [
+        ReconnectCause::KafkaDelivery,
+        ReconnectCause::Kafka,
+        ReconnectCause::Postgres,
+    ];
+
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            ReconnectCause::KafkaDelivery => "kafka_delivery",
+            ReconnectCause::Kafka => "kafka",
+            ReconnectCause::Postgres => "postgres",
+        }
+    }
+}
 
 /// Something that happened to the relay, between or around sessions.
 pub(super) enum RelayEvent<'e> {
@@ -22,6 +48,8 @@ pub(super) enum RelayEvent<'e> {
     Starting {
         config: &'e Config,
         mappers: &'e TableMappers,
+        /// The `reason` labels of dead-lettered events.
+        dead_letter_reasons: &'e [&'static str],
     },
     /// The position ledger was read; its newest position, if any.
     LedgerRead { newest: Option<Lsn> },
@@ -66,7 +94,11 @@ impl RelayTelemetry {
     pub(super) fn emit(&self, event: RelayEvent<'_>) {
         use RelayEvent as E;
         match event {
-            E::Starting { config, mappers } => register(config, mappers),
+            E::Starting {
+                config,
+                mappers,
+                dead_letter_reasons,
+            } => register(config, mappers, dead_letter_reasons),
             E::LedgerRead { newest } => {
                 if let Some(lsn) = newest {
                     m::gauge_lsn(m::LEDGER_LSN, lsn);
@@ -118,7 +150,7 @@ impl RelayTelemetry {
 }
 
 /// The configured limits, and every known label value at 0.
-fn register(config: &Config, mappers: &TableMappers) {
+fn register(config: &Config, mappers: &TableMappers, dead_letter_reasons: &[&'static str]) {
     metrics::gauge!(m::IN_FLIGHT_EVENTS_LIMIT).set(config.relay.max_in_flight_events as f64);
     metrics::gauge!(m::IN_FLIGHT_BYTES_LIMIT).set(config.relay.max_in_flight_bytes as f64);
     metrics::gauge!(m::HALTED).set(0.0);
@@ -132,7 +164,7 @@ fn register(config: &Config, mappers: &TableMappers) {
         metrics::counter!(m::RECONNECTS, "cause" => cause.label()).increment(0);
     }
     for table in mappers.labels() {
-        for reason in DEAD_LETTER_REASONS {
+        for &reason in dead_letter_reasons {
             metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => reason, "table" => table.to_owned())
                 .increment(0);
         }
