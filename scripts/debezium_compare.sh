@@ -190,11 +190,10 @@ def load(path, prefix):
         for name, value in r["headers"]:
             if name.startswith("__debezium.context."):
                 context.add(name)
-            elif value is None:
-                # A header with a null value (not an empty one): counted,
-                # compared apart from the rest.
-                nulls += 1
             else:
+                # A header with a null value (not an empty one) is compared
+                # in its place like any other; counted too.
+                nulls += value is None
                 headers.append((name, value))
         topic = r["topic"][len(prefix):]
         out.append((topic, r["partition"], r["key"], r["value"], tuple(headers)))
@@ -221,7 +220,7 @@ for p in sorted(set(a) | set(b)):
 tombstones = sum(1 for r in dbz if r[3] is None)
 print(f"records: debezium {len(dbz)}, outboxd {len(obx)} (tombstones {tombstones}) in "
       f"{len(a)} topic-partitions; partitions whose records differ in topic, key, value "
-      f"or non-null headers: {diffs}")
+      f"or headers (null values included): {diffs}")
 print(f"null-valued headers (for NULL columns): debezium {dbz_nulls}, outboxd {obx_nulls}")
 print(f"headers only Debezium sends: {sorted(context)}; only outboxd: {sorted(obx_context)}")
 sys.exit(1 if diffs or len(dbz) != len(obx) or dbz_nulls != obx_nulls else 0)
