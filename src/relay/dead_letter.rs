@@ -121,16 +121,7 @@ mod tests {
 
     #[test]
     fn a_refused_record_goes_to_the_dlq_with_its_null_valued_headers() {
-        let event = OutboxEvent {
-            commit_lsn: Lsn(0x10),
-            xid: 7,
-            commit_time_us: 0,
-            kind: EventKind::Message {
-                transactional: true,
-                prefix: "outbox".into(),
-                content: Bytes::new(),
-            },
-        };
+        let event = OutboxEvent::test_message(Lsn(0x10));
         let headers: Vec<RecordHeader> = vec![
             (Arc::from(ID_HEADER), Some(Bytes::from_static(b"e1"))),
             (Arc::from("tenant"), None),
