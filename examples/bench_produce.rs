@@ -84,7 +84,7 @@ fn main() {
             let key = ((agg + g) % AGGREGATES).to_string();
             let payload = payload(t, sent, agg);
             let id = sent.to_string();
-            let headers = [("id", id.as_bytes())];
+            let headers = [("id", Some(id.as_bytes()))];
             loop {
                 match sink.send(
                     sent,

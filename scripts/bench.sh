@@ -142,6 +142,8 @@ rm -rf "$out"
 mkdir -p "$out"
 # shellcheck source=scripts/lib/servers.sh
 source "$root/scripts/lib/servers.sh"
+# shellcheck source=scripts/lib/connect.sh
+source "$root/scripts/lib/connect.sh"
 # shellcheck source=scripts/lib/workload.sh
 source "$root/scripts/lib/workload.sh"
 
@@ -268,9 +270,7 @@ CONF
       ;;
     debezium)
       # shellcheck disable=SC2086 # the heap options are words
-      java $dbz_heap -Dlog4j2.configurationFile="$dir/log4j2.properties" -cp "$dbz_libs/*" \
-        org.apache.kafka.connect.cli.ConnectStandalone "$dir/worker.properties" "$dir/outbox.properties" \
-        >>"$dir/relay.log" 2>&1 &
+      connect_run "$dir" "$dbz_libs" $dbz_heap >>"$dir/relay.log" 2>&1 &
       ;;
   esac
   relay_pid=$!
@@ -293,52 +293,24 @@ stop_relay() { # system
 # compression, linger 0).
 debezium_config() { # db
   local dir=$out/debezium
-  cat >"$dir/worker.properties" <<CONF
-bootstrap.servers=$KAFKA_BROKERS
-key.converter=org.apache.kafka.connect.storage.StringConverter
-value.converter=org.apache.kafka.connect.storage.StringConverter
-offset.storage.file.filename=$dir/connect.offsets
-offset.flush.interval.ms=$dbz_flush_ms
-plugin.discovery=service_load
-listeners=http://127.0.0.1:$(servers_free_port)
+  connect_files "$dir" "$1" "$dbz_flush_ms" INFO
+  cat >>"$dir/worker.properties" <<CONF
 producer.enable.idempotence=true
 producer.acks=all
 producer.compression.type=lz4
 producer.linger.ms=5
 CONF
-  cat >"$dir/outbox.properties" <<CONF
+  cat >>"$dir/outbox.properties" <<CONF
 name=outbox
-connector.class=io.debezium.connector.postgresql.PostgresConnector
-tasks.max=1
-plugin.name=pgoutput
-database.hostname=127.0.0.1
-database.port=$PG_PORT
-database.user=postgres
-database.password=unused
-database.dbname=$1
 topic.prefix=bench
-slot.name=debezium
 publication.name=outboxd
-publication.autocreate.mode=disabled
-snapshot.mode=no_data
 table.include.list=public.outbox
 poll.interval.ms=$dbz_poll_ms
-transforms=outbox
-transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
-transforms.outbox.table.field.event.id=id
 transforms.outbox.table.field.event.key=aggregate_id
 transforms.outbox.table.field.event.payload=payload
 transforms.outbox.route.by.field=aggregate_type
 transforms.outbox.route.topic.replacement=outbox.event.\${routedByValue}
 transforms.outbox.table.fields.additional.placement=event_type:header:eventType,aggregate_type:header:aggregateType
-CONF
-  cat >"$dir/log4j2.properties" <<'CONF'
-rootLogger.level=INFO
-rootLogger.appenderRef.out.ref=out
-appender.out.type=Console
-appender.out.name=out
-appender.out.layout.type=PatternLayout
-appender.out.layout.pattern=%d{HH:mm:ss.SSS} %-5p %c{1}: %m%n
 CONF
 }
 

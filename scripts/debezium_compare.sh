@@ -20,6 +20,8 @@ log() { echo "debezium_compare: $*" >&2; }
 
 # shellcheck source=scripts/lib/servers.sh
 source scripts/lib/servers.sh
+# shellcheck source=scripts/lib/connect.sh
+source scripts/lib/connect.sh
 work=$(mktemp -d /tmp/outboxd-dbzcmp.XXXXXX)
 chmod 755 "$work"
 connect_pid= relay_pid=
@@ -53,53 +55,23 @@ CREATE PUBLICATION cmp FOR TABLE public.outboxevent WITH (publish = 'insert');
 SELECT pg_create_logical_replication_slot('outboxd', 'pgoutput');
 SQL
 
-cat >"$work/worker.properties" <<CONF
-bootstrap.servers=$KAFKA_BROKERS
-key.converter=org.apache.kafka.connect.storage.StringConverter
-value.converter=org.apache.kafka.connect.storage.StringConverter
-offset.storage.file.filename=$work/connect.offsets
-offset.flush.interval.ms=1000
-plugin.discovery=service_load
-listeners=http://127.0.0.1:$(servers_free_port)
-CONF
-cat >"$work/outbox.properties" <<CONF
+connect_files "$work" app 1000 WARN
+cat >>"$work/outbox.properties" <<CONF
 name=orders-outbox
-connector.class=io.debezium.connector.postgresql.PostgresConnector
-tasks.max=1
-plugin.name=pgoutput
-database.hostname=127.0.0.1
-database.port=$PG_PORT
-database.user=postgres
-database.password=unused
-database.dbname=app
 topic.prefix=app
-slot.name=debezium
 publication.name=cmp
-publication.autocreate.mode=disabled
-snapshot.mode=no_data
 table.include.list=public.outboxevent
 tombstones.on.delete=false
 poll.interval.ms=100
 topic.creation.enable=true
 topic.creation.default.partitions=3
 topic.creation.default.replication.factor=1
-transforms=outbox
-transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
-transforms.outbox.table.field.event.id=id
 transforms.outbox.table.field.event.key=aggregateid
 transforms.outbox.table.field.event.payload=payload
 transforms.outbox.route.by.field=aggregatetype
 transforms.outbox.route.topic.replacement=dbz.outbox.event.\${routedByValue}
 transforms.outbox.route.tombstone.on.empty.payload=true
 transforms.outbox.table.fields.additional.placement=type:header:eventType,tenant:header
-CONF
-cat >"$work/log4j2.properties" <<'CONF'
-rootLogger.level=WARN
-rootLogger.appenderRef.out.ref=out
-appender.out.type=Console
-appender.out.name=out
-appender.out.layout.type=PatternLayout
-appender.out.layout.pattern=%d{HH:mm:ss.SSS} %-5p %c{1}: %m%n
 CONF
 # The guide's outboxd.toml, but for the topic prefix and the test servers.
 cat >"$work/outboxd.toml" <<CONF
@@ -125,9 +97,7 @@ additional_headers = { eventType = "event_type", tenant = "tenant" }
 CONF
 
 log "starting Kafka Connect with Debezium"
-java -Xms256m -Xmx1g -Dlog4j2.configurationFile="$work/log4j2.properties" -cp "$dbz_libs/*" \
-  org.apache.kafka.connect.cli.ConnectStandalone "$work/worker.properties" "$work/outbox.properties" \
-  >"$work/connect.log" 2>&1 &
+connect_run "$work" "$dbz_libs" -Xms256m -Xmx1g >"$work/connect.log" 2>&1 &
 connect_pid=$!
 # Debezium streams from where it starts (no snapshot): write only once it does.
 for _ in $(seq 300); do
@@ -190,11 +160,10 @@ def load(path, prefix):
         for name, value in r["headers"]:
             if name.startswith("__debezium.context."):
                 context.add(name)
-            elif value is None:
-                # A header with a null value (not an empty one): counted,
-                # compared apart from the rest.
-                nulls += 1
             else:
+                # A header with a null value (not an empty one) is compared
+                # in its place like any other; counted too.
+                nulls += value is None
                 headers.append((name, value))
         topic = r["topic"][len(prefix):]
         out.append((topic, r["partition"], r["key"], r["value"], tuple(headers)))
@@ -221,7 +190,7 @@ for p in sorted(set(a) | set(b)):
 tombstones = sum(1 for r in dbz if r[3] is None)
 print(f"records: debezium {len(dbz)}, outboxd {len(obx)} (tombstones {tombstones}) in "
       f"{len(a)} topic-partitions; partitions whose records differ in topic, key, value "
-      f"or non-null headers: {diffs}")
+      f"or headers (null values included): {diffs}")
 print(f"null-valued headers (for NULL columns): debezium {dbz_nulls}, outboxd {obx_nulls}")
 print(f"headers only Debezium sends: {sorted(context)}; only outboxd: {sorted(obx_context)}")
 sys.exit(1 if diffs or len(dbz) != len(obx) or dbz_nulls != obx_nulls else 0)

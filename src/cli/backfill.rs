@@ -252,11 +252,9 @@ pub(crate) fn choose_table(cfg: &Config, wanted: Option<&str>) -> Result<OutboxT
 
 /// The record a backfilled event becomes: the relay's, plus the header.
 pub(crate) fn mark(mut record: KafkaRecord) -> KafkaRecord {
-    let header: (Arc<str>, bytes::Bytes) = (
-        Arc::from(BACKFILL_HEADER),
-        bytes::Bytes::from_static(b"true"),
-    );
-    record.size += header.0.len() + header.1.len();
+    let value = bytes::Bytes::from_static(b"true");
+    record.size += BACKFILL_HEADER.len() + value.len();
+    let header = (Arc::from(BACKFILL_HEADER), Some(value));
     record.headers.push(header);
     record
 }
@@ -402,7 +400,7 @@ mod tests {
             topic: Arc::from("t"),
             key: None,
             value: Some(bytes::Bytes::from_static(b"v")),
-            headers: vec![(Arc::from("id"), bytes::Bytes::from_static(b"1"))],
+            headers: vec![(Arc::from("id"), Some(bytes::Bytes::from_static(b"1")))],
             timestamp_ms: None,
             event_id: None,
             size: 4,

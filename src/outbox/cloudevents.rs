@@ -30,7 +30,7 @@ use crate::config::routing::resolve_column;
 use crate::outbox::envelope::{is_json_text, write_text};
 use crate::outbox::error::{MappingError, CE_EXTENSIONS_SETTING};
 use crate::outbox::fields::Fields;
-use crate::outbox::record::write_rfc3339_us;
+use crate::outbox::record::{write_rfc3339_us, RecordHeader};
 
 const SPEC_VERSION: &str = "1.0";
 /// Structured mode's `content-type`: the JSON event format.
@@ -46,8 +46,8 @@ enum Mode {
     Structured,
 }
 
-/// A header name and value built once, cloned per event.
-type Fixed = (Arc<str>, Bytes);
+/// A header name and value built once, cloned per event. Never null.
+type Fixed = RecordHeader;
 
 /// The CloudEvents settings of one table, compiled.
 #[derive(Debug)]
@@ -113,7 +113,10 @@ impl CloudEventsPlan {
             EventFormat::CloudeventsStructured => Mode::Structured,
         };
         let fixed = |name: &str, value: &str| -> Fixed {
-            (Arc::from(name), Bytes::copy_from_slice(value.as_bytes()))
+            (
+                Arc::from(name),
+                Some(Bytes::copy_from_slice(value.as_bytes())),
+            )
         };
         let content_type = config.data_content_type();
         let mut json_head = Vec::with_capacity(96 + source.len());
@@ -161,7 +164,7 @@ impl CloudEventsPlan {
         f: &Fields<'_>,
         payload: Option<Bytes>,
         payload_is_json: bool,
-        headers: &mut Vec<(Arc<str>, Bytes)>,
+        headers: &mut Vec<RecordHeader>,
         last_time: &mut Option<(i64, Bytes)>,
     ) -> Result<Option<Bytes>, MappingError> {
         let required = |v: Option<&Bytes>, attribute: &str, setting: &str| match v {
@@ -195,19 +198,20 @@ impl CloudEventsPlan {
                 headers.push(self.data_content_type.clone());
             }
             headers.push(self.specversion.clone());
-            headers.push((self.id.clone(), id));
+            headers.push((self.id.clone(), Some(id)));
             headers.push(self.source.clone());
-            headers.push((self.type_.clone(), type_));
-            headers.push((self.time.clone(), time));
+            headers.push((self.type_.clone(), Some(type_)));
+            headers.push((self.time.clone(), Some(time)));
+            // An unset attribute is no header (CloudEvents treat null as unset).
             if let Some(s) = subject {
-                headers.push((self.subject.clone(), s.clone()));
+                headers.push((self.subject.clone(), Some(s.clone())));
             }
             for (header, value) in extensions {
                 let value = match value {
                     ExtValue::Text(b) => b,
                     ExtValue::Literal(s) => Bytes::from(s),
                 };
-                headers.push((header, value));
+                headers.push((header, Some(value)));
             }
             return Ok(payload);
         }

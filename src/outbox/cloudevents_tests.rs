@@ -129,7 +129,7 @@ fn mapper(format: EventFormat) -> RecordMapper {
 fn headers(r: &KafkaRecord) -> Vec<(&str, &str)> {
     r.headers
         .iter()
-        .map(|(n, v)| (&**n, std::str::from_utf8(v).unwrap()))
+        .map(|(n, v)| (&**n, std::str::from_utf8(v.as_ref().unwrap()).unwrap()))
         .collect()
 }
 
@@ -236,6 +236,40 @@ fn a_tombstone_carries_its_attributes_in_headers_in_both_modes() {
         assert!(h.contains(&("ce_id", "e")), "{h:?}");
         assert!(!h.iter().any(|(n, _)| *n == "content-type"), "{h:?}");
     }
+}
+
+#[test]
+fn a_null_column_is_a_null_plain_header_but_no_attribute_and_no_trace() {
+    // A NULL placed as a plain header is sent null (Debezium's router
+    // does); CloudEvents treat a null attribute as unset and a trace
+    // context as absent, so those headers are left out.
+    let mut routing = routing(EventFormat::CloudeventsBinary);
+    routing
+        .additional_headers
+        .insert("tenant".into(), "tenant".into());
+    let mut m = RecordMapper::new(&columns(), &routing, "/s").unwrap();
+    let r = m
+        .map(&row(Some("e"), None, Some("{}"), None, None, None))
+        .unwrap();
+    let names: Vec<&str> = r.headers.iter().map(|(n, _)| &**n).collect();
+    assert_eq!(
+        names,
+        [
+            "id",
+            "aggregateType",
+            "eventType",
+            "tenant",
+            "content-type",
+            "ce_specversion",
+            "ce_id",
+            "ce_source",
+            "ce_type",
+            "ce_time"
+        ]
+    );
+    assert_eq!(r.header_value("tenant"), Some(None));
+    let nulls = r.headers.iter().filter(|(_, v)| v.is_none()).count();
+    assert_eq!(nulls, 1, "{:?}", r.headers);
 }
 
 fn cloud_event_error(e: MappingError) -> String {

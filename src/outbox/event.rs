@@ -96,3 +96,21 @@ pub(crate) struct OutboxEvent {
     pub commit_time_us: i64,
     pub kind: EventKind,
 }
+
+impl OutboxEvent {
+    /// An empty transactional message of transaction 7 committing at
+    /// `commit_lsn`, for tests of what comes after the mapping.
+    #[cfg(test)]
+    pub(crate) fn test_message(commit_lsn: Lsn) -> OutboxEvent {
+        OutboxEvent {
+            commit_lsn,
+            xid: 7,
+            commit_time_us: 0,
+            kind: EventKind::Message {
+                transactional: true,
+                prefix: "outbox".into(),
+                content: Bytes::new(),
+            },
+        }
+    }
+}

@@ -1,6 +1,11 @@
 //! Record headers: the event id, `routing.additional_headers` (each the value
 //! of a column), and the entries of the JSON object in the
 //! `outbox.columns.headers` column (json or jsonb).
+//!
+//! The id and the additional headers are what Debezium's router sends (`id`
+//! and `table.fields.additional.placement=…:header`), so they follow it for
+//! NULL too: the header is sent with a null value. The `headers` column is
+//! outboxd's own; its `null` entries are left out.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -17,6 +22,7 @@ use crate::config::routing::{resolve_column, RoutingConfig};
 use crate::outbox::error::{MappingError, HEADERS_SETTING};
 use crate::outbox::fields::Fields;
 use crate::outbox::json::{json_value_text, JsonStr};
+use crate::outbox::record::RecordHeader;
 
 /// Header carrying the event id, as Debezium's router names it.
 pub(crate) const ID_HEADER: &str = "id";
@@ -71,24 +77,22 @@ impl HeaderPlan {
         self.column
     }
 
-    /// The headers of one event whose id is `id`, with room for `more`.
+    /// The headers of one event whose id is `id` (`None`: NULL), with room
+    /// for `more`.
     pub(super) fn build(
         &self,
         f: &Fields<'_>,
         id: Option<&Bytes>,
         names: &mut HeaderNames,
         more: usize,
-    ) -> Result<Vec<(Arc<str>, Bytes)>, MappingError> {
+    ) -> Result<Vec<RecordHeader>, MappingError> {
         let mut headers = Vec::with_capacity(
             1 + self.extra.len() + if self.column.is_some() { 4 } else { 0 } + more,
         );
-        if let Some(id) = id {
-            headers.push((self.id_header.clone(), id.clone()));
-        }
+        headers.push((self.id_header.clone(), id.cloned()));
         for h in &self.extra {
-            if let Some(v) = f.text(h.slot, &h.setting, true)? {
-                headers.push((h.name.clone(), v.clone()));
-            }
+            let value = f.text(h.slot, &h.setting, true)?;
+            headers.push((h.name.clone(), value.cloned()));
         }
         if let Some(slot) = self.column {
             if let Some(json) = f.text(slot, HEADERS_SETTING, true)? {
@@ -129,7 +133,7 @@ impl HeaderNames {
 /// sent unquoted, other values as JSON text, `null` entries left out.
 fn append_json_headers(
     json: &Bytes,
-    out: &mut Vec<(Arc<str>, Bytes)>,
+    out: &mut Vec<RecordHeader>,
     names: &mut HeaderNames,
 ) -> Result<(), String> {
     let mut de = serde_json::Deserializer::from_slice(json);
@@ -144,7 +148,7 @@ fn append_json_headers(
 
 struct HeaderVisitor<'a> {
     src: &'a Bytes,
-    out: &'a mut Vec<(Arc<str>, Bytes)>,
+    out: &'a mut Vec<RecordHeader>,
     names: &'a mut HeaderNames,
 }
 
@@ -163,7 +167,7 @@ impl<'de> Visitor<'de> for HeaderVisitor<'_> {
             }
             let value = json_value_text(self.src, raw).map_err(de::Error::custom)?;
             let name = self.names.intern(name);
-            self.out.push((name, value));
+            self.out.push((name, Some(value)));
         }
         Ok(())
     }

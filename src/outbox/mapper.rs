@@ -425,9 +425,9 @@ impl Plan {
                         reason,
                     })?;
                 if let Some(c) = context {
-                    headers.push((self.trace_names.0.clone(), c.traceparent));
+                    headers.push((self.trace_names.0.clone(), Some(c.traceparent)));
                     if let Some(state) = c.tracestate {
-                        headers.push((self.trace_names.1.clone(), state));
+                        headers.push((self.trace_names.1.clone(), Some(state)));
                     }
                 }
             }

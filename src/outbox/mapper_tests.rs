@@ -194,6 +194,7 @@ fn payload_mode_passes_bytes_through_without_copying() {
         "key was copied"
     );
     for (name, v) in &r.headers {
+        let v = v.as_ref().expect("no NULL column in the row");
         assert!(points_into(v, &frame), "header {name} was copied");
     }
 }
@@ -225,7 +226,7 @@ fn bytea_columns_give_their_bytes_and_the_rest_stays_shared() {
         4 + 4
             + r.headers
                 .iter()
-                .map(|(n, v)| n.len() + v.len())
+                .map(|(n, v)| n.len() + v.as_ref().map_or(0, Bytes::len))
                 .sum::<usize>()
     );
     // Only the bytea values are new buffers.
@@ -407,8 +408,13 @@ fn default_headers_and_custom_header_to_column() {
     let r = mapper(&ColumnsConfig::default(), &routing)
         .map(&seed_row("payment", "payment.completed"))
         .unwrap();
-    // "error" (last_error) is NULL: left out. Config order is by name.
-    assert_eq!(header_names(&r), ["id", "attempt", "eventType", "key"]);
+    // "error" (last_error) is NULL: a null value, as Debezium sends it.
+    // Config order is by name.
+    assert_eq!(
+        header_names(&r),
+        ["id", "attempt", "error", "eventType", "key"]
+    );
+    assert_eq!(r.header_value("error"), Some(None));
     assert_eq!(r.header("attempt").map(text), Some("0"));
     assert_eq!(r.header("key").map(text), Some(PAYMENT_ID));
 
@@ -420,6 +426,65 @@ fn default_headers_and_custom_header_to_column() {
         .map(&seed_row("payment", "payment.completed"))
         .unwrap();
     assert_eq!(header_names(&r), ["id"]);
+}
+
+#[test]
+fn null_id_and_header_columns_give_null_valued_headers() {
+    // Debezium's router: `id` and every `additional.placement=…:header`
+    // column are added whatever their value; a NULL is a null value, which
+    // Kafka tells from an empty one.
+    let t = table(&[
+        ("id", UUID),
+        ("aggregate_type", TEXT),
+        ("aggregate_id", TEXT),
+        ("event_type", TEXT),
+        ("payload", JSONB),
+        ("tenant", TEXT),
+    ]);
+    let routing = RoutingConfig {
+        additional_headers: BTreeMap::from([
+            ("eventType".to_owned(), "event_type".to_owned()),
+            ("tenant".to_owned(), "tenant".to_owned()),
+        ]),
+        ..Default::default()
+    };
+    let mut m = mapper(&ColumnsConfig::default(), &routing);
+    let with = |id: Option<&'static str>, tenant: Option<&'static str>| {
+        row(
+            &t,
+            &[
+                id,
+                Some("order"),
+                Some("o-1"),
+                Some("created"),
+                Some("{}"),
+                tenant,
+            ],
+        )
+    };
+
+    let r = m.map(&with(Some("e1"), None)).unwrap();
+    assert_eq!(header_names(&r), ["id", "eventType", "tenant"]);
+    assert_eq!(r.header_value("tenant"), Some(None));
+    assert_eq!(r.header("tenant"), None);
+    // A null value counts its name only.
+    assert_eq!(
+        r.size,
+        "o-1".len() + "{}".len() + "id".len() + 2 + "eventType".len() + 7 + "tenant".len()
+    );
+
+    // Empty is not NULL.
+    let r = m.map(&with(Some("e1"), Some(""))).unwrap();
+    assert_eq!(r.header_value("tenant").flatten().map(text), Some(""));
+
+    let r = m.map(&with(Some("e1"), Some("acme"))).unwrap();
+    assert_eq!(r.header("tenant").map(text), Some("acme"));
+
+    // A NULL id: the `id` header is still there, null.
+    let r = m.map(&with(None, Some("acme"))).unwrap();
+    assert_eq!(header_names(&r), ["id", "eventType", "tenant"]);
+    assert_eq!(r.header_value("id"), Some(None));
+    assert_eq!(r.event_id, None);
 }
 
 #[test]
@@ -959,8 +1024,10 @@ fn logical_message_maps_like_a_row() {
         unreachable!()
     };
     assert!(points_into(&value, content));
-    // An absent optional field (tenant) is NULL; numbers become their text.
-    assert_eq!(header_names(&r), ["id", "attempts", "eventType"]);
+    // An absent optional field (tenant) is NULL, a null-valued header;
+    // numbers become their text.
+    assert_eq!(header_names(&r), ["id", "attempts", "eventType", "tenant"]);
+    assert_eq!(r.header_value("tenant"), Some(None));
     assert_eq!(r.header("attempts").map(text), Some("0"));
     assert_eq!(r.timestamp_ms, Some(COMMIT_MS));
 }

@@ -19,5 +19,5 @@ mod trace;
 
 pub(crate) use event::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
 pub(crate) use mapper::{MappingConfigError, MappingError, RecordMapper};
-pub(crate) use record::KafkaRecord;
+pub(crate) use record::{KafkaRecord, RecordHeader};
 pub(crate) use tables::TableMappers;

@@ -7,6 +7,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+/// One record header: its name and its value, `None` for a header whose
+/// value is null (Kafka tells a null value from an empty one; Debezium sends
+/// null for a NULL column placed as a header). `Option<Bytes>` is no bigger
+/// than `Bytes` (checked below), so the common non-null header costs nothing
+/// more.
+pub(crate) type RecordHeader = (Arc<str>, Option<Bytes>);
+
+const _: () = assert!(std::mem::size_of::<Option<Bytes>>() == std::mem::size_of::<Bytes>());
+
 /// One record ready for the producer. Cheap to build: text values are
 /// [`Bytes`] slices of the WAL frame they arrived in, topic and header names
 /// are shared strings.
@@ -20,9 +29,11 @@ pub(crate) struct KafkaRecord {
     /// `None` is a tombstone.
     pub value: Option<Bytes>,
     /// `id` (the event id) first, then `routing.additional_headers` in the
-    /// config's order, then the entries of the `headers` column. NULL
-    /// values are left out.
-    pub headers: Vec<(Arc<str>, Bytes)>,
+    /// config's order, then the entries of the `headers` column. A NULL id
+    /// or additional-header column gives a header with a null value, as
+    /// Debezium's router sends it; `null` entries of the `headers` column
+    /// are left out.
+    pub headers: Vec<RecordHeader>,
     /// Commit time of the transaction, or the `timestamp` column when one is
     /// configured and not NULL.
     pub timestamp_ms: Option<i64>,
@@ -34,26 +45,33 @@ pub(crate) struct KafkaRecord {
 }
 
 impl KafkaRecord {
-    /// The first header with this name.
+    /// The value of the first header with this name: `None` when there is
+    /// no such header, `Some(None)` when its value is null.
     #[cfg(test)]
-    pub(crate) fn header(&self, name: &str) -> Option<&Bytes> {
+    pub(crate) fn header_value(&self, name: &str) -> Option<Option<&Bytes>> {
         self.headers
             .iter()
             .find(|(n, _)| &**n == name)
-            .map(|(_, v)| v)
+            .map(|(_, v)| v.as_ref())
+    }
+
+    /// The first header with this name, if it has a value (not null).
+    #[cfg(test)]
+    pub(crate) fn header(&self, name: &str) -> Option<&Bytes> {
+        self.header_value(name).flatten()
     }
 
     /// key + value + headers, as stored in [`KafkaRecord::size`].
     pub(crate) fn compute_size(
         key: Option<&Bytes>,
         value: Option<&Bytes>,
-        headers: &[(Arc<str>, Bytes)],
+        headers: &[RecordHeader],
     ) -> usize {
         key.map_or(0, Bytes::len)
             + value.map_or(0, Bytes::len)
             + headers
                 .iter()
-                .map(|(n, v)| n.len() + v.len())
+                .map(|(n, v)| n.len() + v.as_ref().map_or(0, Bytes::len))
                 .sum::<usize>()
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::outbox::mapper::ID_HEADER;
-use crate::outbox::{EventKind, KafkaRecord, OutboxEvent};
+use crate::outbox::{EventKind, KafkaRecord, OutboxEvent, RecordHeader};
 
 /// Header names on dead-lettered records.
 pub(crate) const HEADER_ERROR: &str = "outboxd.error";
@@ -18,7 +18,7 @@ pub(crate) const HEADER_XID: &str = "outboxd.source.xid";
 pub(crate) const HEADER_VALUE_SIZE: &str = "outboxd.original.value_size";
 
 /// The DLQ copy of a record that Kafka refused (e.g. too large): same key,
-/// value and headers, plus the error. Refused for its size (`too_large`), it
+/// value and headers (null-valued ones included), plus the error. Refused for its size (`too_large`), it
 /// would be refused on the DLQ topic too: it goes without its value, and a
 /// header says how big the value was.
 pub(crate) fn from_record(
@@ -33,7 +33,10 @@ pub(crate) fn from_record(
     headers.extend(error_headers(kind, error, Some(&record.topic), event));
     let value = if too_large {
         let len = record.value.as_ref().map_or(0, |v| v.len());
-        headers.push((Arc::from(HEADER_VALUE_SIZE), Bytes::from(len.to_string())));
+        headers.push((
+            Arc::from(HEADER_VALUE_SIZE),
+            Some(Bytes::from(len.to_string())),
+        ));
         None
     } else {
         record.value.clone()
@@ -76,7 +79,7 @@ pub(crate) fn from_unmappable(
     };
     let mut headers = Vec::new();
     if let Some(id) = &id {
-        headers.push((Arc::from(ID_HEADER), id.clone()));
+        headers.push((Arc::from(ID_HEADER), Some(id.clone())));
     }
     headers.extend(error_headers("mapping", error, None, event));
     let value = Some(value);
@@ -97,18 +100,58 @@ fn error_headers(
     error: &str,
     topic: Option<&str>,
     event: &OutboxEvent,
-) -> Vec<(Arc<str>, Bytes)> {
-    let mut h: Vec<(Arc<str>, Bytes)> = vec![
-        (Arc::from(HEADER_ERROR), Bytes::from(error.to_string())),
-        (Arc::from(HEADER_ERROR_KIND), Bytes::from(kind.to_string())),
-        (
-            Arc::from(HEADER_LSN),
-            Bytes::from(event.commit_lsn.to_string()),
-        ),
-        (Arc::from(HEADER_XID), Bytes::from(event.xid.to_string())),
+) -> Vec<RecordHeader> {
+    let text = |name: &str, value: String| (Arc::from(name), Some(Bytes::from(value)));
+    let mut h = vec![
+        text(HEADER_ERROR, error.to_string()),
+        text(HEADER_ERROR_KIND, kind.to_string()),
+        text(HEADER_LSN, event.commit_lsn.to_string()),
+        text(HEADER_XID, event.xid.to_string()),
     ];
     if let Some(t) = topic {
-        h.push((Arc::from(HEADER_TOPIC), Bytes::from(t.to_string())));
+        h.push(text(HEADER_TOPIC, t.to_string()));
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Lsn;
+
+    #[test]
+    fn a_refused_record_goes_to_the_dlq_with_its_null_valued_headers() {
+        let event = OutboxEvent::test_message(Lsn(0x10));
+        let headers: Vec<RecordHeader> = vec![
+            (Arc::from(ID_HEADER), Some(Bytes::from_static(b"e1"))),
+            (Arc::from("tenant"), None),
+        ];
+        let value = Some(Bytes::from_static(b"{}"));
+        let size = KafkaRecord::compute_size(None, value.as_ref(), &headers);
+        let record = KafkaRecord {
+            topic: Arc::from("orders"),
+            key: None,
+            value,
+            headers,
+            timestamp_ms: None,
+            event_id: None,
+            size,
+        };
+        for too_large in [false, true] {
+            let dlq = from_record(
+                &record,
+                &Arc::from("dlq"),
+                &event,
+                "refused",
+                "too large",
+                too_large,
+            );
+            assert_eq!(dlq.headers[..2], record.headers[..]);
+            assert_eq!(dlq.header_value("tenant"), Some(None));
+            assert_eq!(
+                dlq.header(HEADER_TOPIC).map(|v| &v[..]),
+                Some(&b"orders"[..])
+            );
+        }
+    }
 }

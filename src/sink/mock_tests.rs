@@ -14,7 +14,7 @@ use super::*;
 use crate::config::KafkaConfig;
 use crate::sink::error::SinkConfigError;
 
-const NO_HEADERS: &[(&str, &[u8])] = &[];
+const NO_HEADERS: &[(&str, Option<&[u8]>)] = &[];
 
 fn kafka(props: &[(&str, &str)]) -> KafkaConfig {
     KafkaConfig {
@@ -81,7 +81,7 @@ async fn delivers_every_record_in_order_on_java_partitions() {
     let n = 300u64;
     for id in 0..n {
         let key = format!("order-{}", id % 17);
-        let headers = [("id", id.to_string())];
+        let headers = [("id", Some(id.to_string()))];
         sink.send(
             id,
             "orders",
@@ -186,7 +186,10 @@ async fn purge_reports_every_record_as_transport() {
     mock.broker_down(-1).unwrap();
     let mut sink = KafkaSink::new(&mock.bootstrap_servers(), &kafka(&[])).unwrap();
     // Headers as the relay holds them.
-    let headers: Vec<(Arc<str>, Bytes)> = vec![(Arc::from("id"), Bytes::from_static(b"1"))];
+    let headers: Vec<crate::outbox::RecordHeader> = vec![
+        (Arc::from("id"), Some(Bytes::from_static(b"1"))),
+        (Arc::from("tenant"), None),
+    ];
     for id in 0..3 {
         sink.send(id, "t", None, Some(b"v"), &headers, None)
             .unwrap();

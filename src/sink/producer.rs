@@ -121,7 +121,8 @@ impl KafkaSink {
         }
     }
 
-    /// Enqueues one record; its [`DeliveryReport`] carries `id`.
+    /// Enqueues one record; its [`DeliveryReport`] carries `id`. A header
+    /// value of `None` is sent as a null value (not an empty one).
     ///
     /// Must be called from ONE task, in WAL order, never concurrently: the
     /// order of these calls is the order within each partition. On
@@ -133,7 +134,7 @@ impl KafkaSink {
         topic: &str,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
-        headers: &[(impl AsRef<str>, impl AsRef<[u8]>)],
+        headers: &[(impl AsRef<str>, Option<impl AsRef<[u8]>>)],
         timestamp_ms: Option<i64>,
     ) -> Result<(), SendError> {
         if topic.contains('\0') {
@@ -157,7 +158,7 @@ impl KafkaSink {
             for (name, value) in headers {
                 owned = owned.insert(Header {
                     key: name.as_ref(),
-                    value: Some(value.as_ref()),
+                    value: value.as_ref().map(AsRef::as_ref),
                 });
             }
             record = record.headers(owned);

@@ -40,8 +40,11 @@ pub struct Record {
     pub offset: i64,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
-    /// In the order the producer wrote them; a null header value reads as an empty vec.
+    /// In the order the producer wrote them; a null header value reads as an empty vec
+    /// (see `null_headers`).
     pub headers: Vec<(String, Vec<u8>)>,
+    /// Positions in `headers` of the headers whose value was null, not empty.
+    pub null_headers: Vec<usize>,
     /// Milliseconds since the epoch (create or log-append time), if the broker reported one.
     pub timestamp: Option<i64>,
 }
@@ -62,6 +65,11 @@ impl Record {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_slice())
+    }
+    /// The first header with this name: `Some(None)` when its value is null.
+    pub fn header_value(&self, name: &str) -> Option<Option<&[u8]>> {
+        let i = self.headers.iter().position(|(k, _)| k == name)?;
+        Some((!self.null_headers.contains(&i)).then(|| self.headers[i].1.as_slice()))
     }
 }
 
@@ -546,6 +554,16 @@ fn to_record(m: &BorrowedMessage<'_>) -> Record {
             .map(|hs| {
                 hs.iter()
                     .map(|h| (h.key.to_string(), h.value.unwrap_or(&[]).to_vec()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        null_headers: m
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .enumerate()
+                    .filter(|(_, h)| h.value.is_none())
+                    .map(|(i, _)| i)
                     .collect()
             })
             .unwrap_or_default(),

@@ -1,6 +1,6 @@
 //! Acceptance 1 and 8: everything committed arrives, routed, keyed, with
 //! exact bytes and per-aggregate commit order; the seed-style table and the
-//! envelope format.
+//! envelope format; NULL columns placed as headers arrive as null values.
 
 use std::time::Duration;
 
@@ -109,4 +109,50 @@ async fn seed_style_table_relays_through_the_column_mapping_as_the_seed_envelope
             .starts_with("2026-11-30T10:00:00.123"),
         "{v}"
     );
+}
+
+/// Debezium's router sends a NULL `additional.placement=…:header` column as
+/// a header with a null value; so does outboxd, read back here from the
+/// broker: null, not absent and not empty. Rows and messages alike (in a
+/// message an absent field is NULL).
+#[test]
+fn null_columns_placed_as_headers_arrive_as_null_valued_headers() {
+    let broker = shared();
+    let extra = "[routing]\ntopic = \"nullhdr.${aggregate_type}\"\n\
+                 additional_headers = { eventType = \"event_type\", tenant = \"tenant\" }\n";
+    let e = env(broker.bootstrap(), "nullhdr", extra);
+    e.pg.psql("app", "ALTER TABLE outbox ADD COLUMN tenant text");
+    let relay = Relay::start(&e);
+    e.pg.psql(
+        "app",
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, tenant) VALUES \
+         ('t', 'a', 'null', '{}', NULL), ('t', 'a', 'empty', '{}', ''), ('t', 'a', 'acme', '{}', 'acme');\
+         SELECT pg_logical_emit_message(true, 'outbox', \
+           '{\"id\": \"m1\", \"aggregate_type\": \"t\", \"aggregate_id\": \"a\", \"event_type\": \"absent\", \"payload\": {}}');\
+         SELECT pg_logical_emit_message(true, 'outbox', \
+           '{\"id\": \"m2\", \"aggregate_type\": \"t\", \"aggregate_id\": \"a\", \"event_type\": \"json-null\", \"payload\": {}, \"tenant\": null}');",
+    );
+    let records = broker.consume_all("nullhdr.t", 5, Duration::from_secs(60));
+    assert_eq!(records.len(), 5, "relay log:\n{}", relay.log());
+    let tenant: Vec<(&str, Option<Option<&[u8]>>)> = records
+        .iter()
+        .map(|r| {
+            let event_type = std::str::from_utf8(r.header("eventType").unwrap()).unwrap();
+            (event_type, r.header_value("tenant"))
+        })
+        .collect();
+    assert_eq!(
+        tenant,
+        [
+            ("null", Some(None)),
+            ("empty", Some(Some(&b""[..]))),
+            ("acme", Some(Some(&b"acme"[..]))),
+            ("absent", Some(None)),
+            ("json-null", Some(None)),
+        ]
+    );
+    // In Debezium's place and order: after `id` and the other placements.
+    let names: Vec<&str> = records[0].headers.iter().map(|(n, _)| &**n).collect();
+    assert_eq!(names, ["id", "eventType", "tenant"]);
+    assert_eq!(records[0].null_headers, [2]);
 }

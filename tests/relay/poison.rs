@@ -77,8 +77,13 @@ fn oversized_event_halts_the_relay_under_stop() {
 #[test]
 fn oversized_event_goes_to_the_dead_letter_topic() {
     let broker = shared();
-    let extra = "[relay]\non_error = \"dead_letter\"\ndead_letter_topic = \"poisondlq.dlq\"\n";
+    // A header from a column that is NULL in every row: the DLQ copy keeps
+    // it, null-valued, as the refused record had it.
+    let extra = "[relay]\non_error = \"dead_letter\"\ndead_letter_topic = \"poisondlq.dlq\"\n\
+                 [routing]\ntopic = \"poisondlq.${aggregate_type}\"\n\
+                 additional_headers = { tenant = \"tenant\" }\n";
     let e = env(broker.bootstrap(), "poisondlq", extra);
+    e.pg.psql("app", "ALTER TABLE outbox ADD COLUMN tenant text");
     let relay = Relay::start(&e);
     let after_big = write_with_poison(&e.pg);
     let got = broker.consume_all("poisondlq.p", 10, Duration::from_secs(60));
@@ -100,6 +105,8 @@ fn oversized_event_goes_to_the_dead_letter_topic() {
         Some(&b"poisondlq.p"[..])
     );
     assert!(dlq[0].header("id").is_some());
+    assert_eq!(dlq[0].header_value("tenant"), Some(None));
+    assert!(got.iter().all(|r| r.header_value("tenant") == Some(None)));
     wait_for(
         "slot to pass the poison event",
         Duration::from_secs(30),

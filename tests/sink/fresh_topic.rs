@@ -60,7 +60,7 @@ async fn produce_to_fresh_topics(properties: &[(&str, &str)]) -> (usize, usize) 
                 &topic,
                 Some(key.as_bytes()),
                 Some(b"{}"),
-                &[("id", header.as_bytes())],
+                &[("id", Some(header.as_bytes()))],
                 None,
             )
             .unwrap();

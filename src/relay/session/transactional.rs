@@ -161,7 +161,7 @@ impl Delivery for Transactional {
         &mut self,
         ledger: LedgerRecord,
     ) -> Result<Vec<DeliveryReport>, TransactionError> {
-        let no_headers: &[(&str, &[u8])] = &[];
+        let no_headers: &[(&str, Option<&[u8]>)] = &[];
         self.begin()?;
         let sent = self.sink.send(
             LEDGER_RECORD_ID,

@@ -3,12 +3,10 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use rdkafka::types::RDKafkaErrorCode as C;
 use tokio::time::Instant;
 
 use super::*;
-use crate::outbox::EventKind;
 
 const LIMITS: Limits = Limits {
     events: 4,
@@ -16,16 +14,7 @@ const LIMITS: Limits = Limits {
 };
 
 fn event(commit: u64) -> OutboxEvent {
-    OutboxEvent {
-        commit_lsn: Lsn(commit),
-        xid: 7,
-        commit_time_us: 0,
-        kind: EventKind::Message {
-            transactional: true,
-            prefix: "outbox".into(),
-            content: Bytes::new(),
-        },
-    }
+    OutboxEvent::test_message(Lsn(commit))
 }
 
 fn record(size: usize) -> KafkaRecord {
