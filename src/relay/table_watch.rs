@@ -8,15 +8,19 @@
 //! must stay before them so that, once the table is published again, they
 //! can be found and re-published.
 //!
-//! A task on its own SQL connection looks twice per status interval
+//! A task on its own SQL connection looks four times per status interval
 //! ([`LOOKS_PER_INTERVAL`]; [`admin::observe`]: the WAL position, then the
 //! catalog). The position a look read becomes confirmable when the *next*
 //! look finds the table intact, not the same look: a commit is written to
-//! the WAL before it becomes visible to snapshots, so a change committed
-//! just before the position was read may still be invisible to that same
-//! look. Half an interval later it is visible. The relay confirms the
+//! the WAL before it becomes visible to snapshots (the committing backend
+//! flushes its commit record, then leaves the running set, a matter of
+//! microseconds unless it is descheduled), so a change committed just
+//! before the position was read may still be invisible to that same look.
+//! A quarter of an interval later it is visible. The relay confirms the
 //! minimum of the ack tracker's position and this ceiling; that costs at
-//! most one status interval of confirmation lag after a commit.
+//! most half a status interval and the duration of a look in confirmation
+//! lag after a commit (measured under load at a 1 s interval: the slot
+//! held positions written 0.27-0.52 s before a `kill -9`).
 //!
 //! A failing SQL connection is an outage, not a change: the ceiling stops
 //! rising, and the task reconnects at the next interval. An outage that
@@ -40,15 +44,19 @@ use crate::Lsn;
 /// looks, so a cut connection that reconnects at once is no outage.
 const LOST_AFTER: Duration = Duration::from_secs(5);
 
-/// Looks per `postgres.status_interval`. A commit becomes confirmable at
-/// the second look after it (the first reads a WAL position past it, the
-/// next vouches for that position), so with two looks per interval the
-/// slot trails a commit by at most one interval, and a `kill -9` of the
-/// relay repeats at most the events acknowledged in about the last
-/// interval (issue 8; with one look per interval it was up to two: 1.45
-/// intervals of acks measured by `relay::faults::kill_9_repeats…`). A look
-/// is one small catalog query.
-const LOOKS_PER_INTERVAL: u32 = 2;
+/// Looks per `postgres.status_interval`, on a fixed beat. A commit becomes
+/// confirmable at the second look after it (the first reads a WAL position
+/// past it, the next vouches for that position), so with four looks per
+/// interval the slot trails a commit by at most half an interval and a
+/// look, and a `kill -9` of the relay repeats at most the events
+/// acknowledged in the last interval, with room to spare (issue 8). With
+/// two looks, each a half interval after the previous one *ended*, it was
+/// one interval plus three looks, and the slot held positions written up
+/// to 1.17 s before a kill at a 1 s interval, and more than one interval
+/// of acks was repeated in 1 of 5 runs of `relay::faults::kill_9_repeats…`
+/// (2 and 3 of 4 in earlier ones); with one look per interval, 1.45
+/// intervals of acks. A look is a few small catalog queries.
+const LOOKS_PER_INTERVAL: u32 = 4;
 
 /// SQLSTATEs of a server that is going away: admin_shutdown, crash_shutdown,
 /// cannot_connect_now.
@@ -198,11 +206,18 @@ async fn watch_loop(mut l: Looker) {
     // After a change the ceiling stays where it is; looking goes on only to
     // notice a server going away (see `lost`).
     let mut changed = l.tx.borrow().changed.is_some();
+    let period = l.interval / LOOKS_PER_INTERVAL;
+    let mut next_look = tokio::time::Instant::now() + period;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(l.interval / LOOKS_PER_INTERVAL) => {}
+            _ = tokio::time::sleep_until(next_look) => {}
             _ = l.hurry.notified() => {}
         }
+        // Looks start on a fixed beat, not a period after the last one
+        // ended: a slow look (seen: 350 ms under load) would otherwise
+        // stretch every period, and a commit waits for two of them.
+        let look_began = tokio::time::Instant::now();
+        next_look = look_began + period;
         let now = match l.look().await {
             // A terminated backend says 57P01 like a server shutting down,
             // or the connection is simply found closed when the FATAL

