@@ -78,7 +78,14 @@ impl TransactionError {
         fatal: bool,
         transactional_id: &str,
     ) -> TransactionError {
-        if FENCING.contains(&code) {
+        // An epoch error that is not fatal is librdkafka bumping the epoch
+        // after the coordinator timed a transaction out (KIP-360): abort and
+        // go on, nobody took the id over.
+        let fenced = matches!(
+            code,
+            RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced
+        ) || (fatal && FENCING.contains(&code));
+        if fenced {
             return TransactionError::Fenced {
                 transactional_id: transactional_id.to_owned(),
                 message,
@@ -238,6 +245,26 @@ mod tests {
         ] {
             assert!(!is_fencing(code), "{code:?}");
         }
+    }
+
+    #[test]
+    fn an_epoch_error_fences_only_when_fatal() {
+        let parts = |code, fatal| TransactionError::from_parts(code, "m".into(), fatal, "x");
+        let bumped = parts(RDKafkaErrorCode::InvalidProducerEpoch, false);
+        assert!(
+            matches!(bumped, TransactionError::Abortable { .. }),
+            "{bumped:?}"
+        );
+        let fatal = parts(RDKafkaErrorCode::InvalidProducerEpoch, true);
+        assert!(
+            matches!(fatal, TransactionError::Fenced { .. }),
+            "{fatal:?}"
+        );
+        let fenced = parts(RDKafkaErrorCode::ProducerFenced, false);
+        assert!(
+            matches!(fenced, TransactionError::Fenced { .. }),
+            "{fenced:?}"
+        );
     }
 
     #[test]
