@@ -1,0 +1,84 @@
+//! `outboxd check` with `relay.delivery = "exactly-once"`: four more lines
+//! (transactions, the state log, the transactional id, the timeout), each
+//! FAIL naming the fix; the relay's own transactional id is never
+//! initialised, so a running relay is not fenced by a check.
+
+use crate::harness::kafka;
+use crate::harness::pg::PgOptions;
+
+use super::support::{check, env, Env};
+
+const TXN_CHECKS: [&str; 4] = [
+    "transactions",
+    "txn state log",
+    "transactional id",
+    "txn timeout",
+];
+
+fn exactly_once(e: &Env, name: &str, brokers: &str, kafka: &str) -> std::path::PathBuf {
+    e.config(
+        name,
+        &e.url("outboxd", None),
+        brokers,
+        "create_publication = false",
+        &format!("{kafka}\n[relay]\ndelivery = \"exactly-once\"\n"),
+    )
+}
+
+#[test]
+fn transactions_pass_on_the_test_broker_and_a_high_timeout_fails() {
+    let e = env(PgOptions::default());
+    let broker = kafka::shared();
+    let out = check(&exactly_once(&e, "eos.toml", broker.bootstrap(), ""));
+    assert_eq!(out.code, Some(0), "{out}");
+    for name in TXN_CHECKS {
+        assert_eq!(out.line(name).0, "ok", "{name}:\n{out}");
+    }
+    assert!(
+        out.stdout.contains("summary: 19 ok, 0 warn, 0 FAIL"),
+        "{out}"
+    );
+    let system = e.count("SELECT system_identifier FROM pg_control_system()");
+    let id = format!("outboxd-{system}/app/check");
+    let txn_id = out.line("transactional id").1;
+    assert!(
+        txn_id.contains(&format!("{id:?} (derived from the ledger key)"))
+            && txn_id.contains(&format!("{:?} instead", format!("{id}.check"))),
+        "{out}"
+    );
+    assert!(
+        out.line("txn timeout")
+            .1
+            .contains("transaction.timeout.ms = 60000 (librdkafka's default) <= the brokers' transaction.max.timeout.ms = 900000"),
+        "{out}"
+    );
+
+    // Above the broker's maximum (Kafka's default, 15 minutes).
+    let high = exactly_once(
+        &e,
+        "high.toml",
+        broker.bootstrap(),
+        "transactional_id = \"relay-a\"\n[kafka.properties]\n\"transaction.timeout.ms\" = \"900001\"",
+    );
+    let out = check(&high);
+    out.expect_fail(
+        "txn timeout",
+        &[
+            "transaction.timeout.ms = 900001 (kafka.properties)",
+            "transaction.max.timeout.ms = 900000",
+            "lower kafka.properties.\"transaction.timeout.ms\"",
+            "raise transaction.max.timeout.ms on the brokers",
+        ],
+    );
+    // The coordinator refused the probe for that reason, and said so.
+    assert_eq!(out.line("transactions").0, "ok", "{out}");
+    assert_eq!(out.line("transactional id").0, "skip", "{out}");
+
+    // At-least-once (the default) adds no line.
+    let out = check(&e.documented_config("alo.toml"));
+    assert_eq!(out.code, Some(0), "{out}");
+    let names: Vec<String> = out.lines().into_iter().map(|(_, n, _)| n).collect();
+    for name in TXN_CHECKS {
+        assert!(!names.iter().any(|n| n == name), "{name}:\n{out}");
+    }
+}
