@@ -16,16 +16,14 @@
 //! state log that cannot be written would only make the probe wait out its
 //! timeout.
 
+mod cluster;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::ClientContext;
 
 use crate::config::Config;
 use crate::sink::{admin_client_config, producer_config, QueueBound};
@@ -73,6 +71,18 @@ pub(crate) struct BrokerSettings {
     pub replication_factor: i32,
     pub min_isr: i32,
     pub max_timeout_ms: u64,
+}
+
+/// The producer's timeouts the transactions depend on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timeouts {
+    /// `transaction.timeout.ms`.
+    pub transaction_ms: u64,
+    /// Where it came from.
+    pub origin: &'static str,
+    /// `message.timeout.ms` as the relay's producer has it (outboxd's
+    /// default 30000 unless `[kafka.properties]` sets it).
+    pub message_ms: Option<u64>,
 }
 
 /// What the cluster looks like before the probe.
@@ -153,9 +163,9 @@ pub(crate) async fn check(
             return lines;
         }
     };
-    let facts = facts(&admin).await;
-    let timeout_ms = match configured_timeout(&cfg) {
-        Ok(ms) => ms,
+    let facts = cluster::facts(&admin).await;
+    let timeouts = match configured_timeouts(&brokers, &cfg) {
+        Ok(t) => t,
         Err(line) => {
             let mut lines = skipped("transaction.timeout.ms is not usable (see txn timeout)");
             lines[3] = line;
@@ -165,11 +175,11 @@ pub(crate) async fn check(
     let state_log = state_log_line(&facts);
     let probe = match &id {
         Ok(id) if state_log.verdict != Verdict::Fail => {
-            run_probe(&brokers, &cfg, &format!("{}{PROBE_SUFFIX}", id.id)).await
+            cluster::run_probe(&brokers, &cfg, &format!("{}{PROBE_SUFFIX}", id.id)).await
         }
         _ => Probe::NotRun,
     };
-    decide(&cfg, &facts, state_log, timeout_ms, id, &probe)
+    decide(&cfg, &facts, state_log, timeouts, id, &probe)
 }
 
 /// The four lines, from the facts and the probe.
@@ -177,7 +187,7 @@ pub(crate) fn decide(
     cfg: &Config,
     facts: &Facts,
     state_log: Line,
-    timeout_ms: (u64, &'static str),
+    timeouts: Timeouts,
     id: Result<TransactionalId, String>,
     probe: &Probe,
 ) -> Vec<Line> {
@@ -260,38 +270,46 @@ pub(crate) fn decide(
             "the coordinator did not get as far as authorising it (see transactions)",
         ),
     };
-    let timeout = timeout_line(cfg, facts, timeout_ms, probe);
+    let timeout = timeout_line(cfg, facts, timeouts, probe);
     vec![transactions, state_log, transactional_id, timeout]
 }
 
 /// `transaction.timeout.ms` from `[kafka.properties]`, or librdkafka's
-/// default, with where it came from.
-fn configured_timeout(cfg: &Config) -> Result<(u64, &'static str), Line> {
-    match cfg.kafka.properties.get("transaction.timeout.ms") {
-        None => Ok((DEFAULT_TRANSACTION_TIMEOUT_MS, "librdkafka's default")),
-        Some(v) => v
-            .trim()
-            .parse::<u64>()
-            .map(|ms| (ms, "kafka.properties"))
-            .map_err(|_| {
-                Line::fail(
+/// default, with where it came from, and the producer's message timeout.
+fn configured_timeouts(brokers: &str, cfg: &Config) -> Result<Timeouts, Line> {
+    let (transaction_ms, origin) = match cfg.kafka.properties.get("transaction.timeout.ms") {
+        None => (DEFAULT_TRANSACTION_TIMEOUT_MS, "librdkafka's default"),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(ms) => (ms, "kafka.properties"),
+            Err(_) => {
+                return Err(Line::fail(
                     "txn timeout",
                     format!(
                         "kafka.properties.\"transaction.timeout.ms\" = {v:?} is not a number of \
                          milliseconds; write e.g. \"60000\""
                     ),
-                )
-            }),
-    }
+                ))
+            }
+        },
+    };
+    // The relay's producer settings, outboxd's defaults included.
+    let message_ms = producer_config(brokers, &cfg.kafka.properties, QueueBound::of(&cfg.relay))
+        .ok()
+        .and_then(|c| {
+            ["message.timeout.ms", "delivery.timeout.ms"]
+                .iter()
+                .find_map(|k| c.get(k).and_then(|v| v.trim().parse::<u64>().ok()))
+        });
+    Ok(Timeouts {
+        transaction_ms,
+        origin,
+        message_ms,
+    })
 }
 
-fn timeout_line(
-    cfg: &Config,
-    facts: &Facts,
-    (configured, origin): (u64, &'static str),
-    probe: &Probe,
-) -> Line {
+fn timeout_line(cfg: &Config, facts: &Facts, timeouts: Timeouts, probe: &Probe) -> Line {
     const NAME: &str = "txn timeout";
+    let (configured, origin) = (timeouts.transaction_ms, timeouts.origin);
     let setting = format!("transaction.timeout.ms = {configured} ({origin})");
     let max_delay_ms = cfg.relay.transaction_max_delay.as_millis();
     let fix_high = |max: &str| {
@@ -308,6 +326,16 @@ fn timeout_line(
     }
     if let Probe::TimeoutRefused(e) = probe {
         return Line::fail(NAME, format!("{}: {e}", fix_high("")));
+    }
+    if let Some(message_ms) = timeouts.message_ms.filter(|m| *m > configured) {
+        return Line::fail(
+            NAME,
+            format!(
+                "{setting} is below message.timeout.ms = {message_ms}, which librdkafka refuses \
+                 for a transactional producer; raise kafka.properties.\"transaction.timeout.ms\" \
+                 to at least {message_ms}, or lower kafka.properties.\"message.timeout.ms\""
+            ),
+        );
     }
     if u128::from(configured) <= max_delay_ms {
         return Line::fail(
@@ -419,135 +447,5 @@ pub(crate) fn state_log_line(facts: &Facts) -> Line {
     }
 }
 
-async fn facts(admin: &Arc<AdminClient<DefaultClientContext>>) -> Facts {
-    let metadata = {
-        let admin = Arc::clone(admin);
-        tokio::task::spawn_blocking(move || {
-            let md = admin
-                .inner()
-                .fetch_metadata(Some(STATE_LOG), REQUEST_TIMEOUT)?;
-            let ids: Vec<i32> = md.brokers().iter().map(|b| b.id()).collect();
-            let topic = md.topics().first().map(|t| {
-                let isr: Vec<usize> = t.partitions().iter().map(|p| p.isr().len()).collect();
-                (t.error(), isr)
-            });
-            Ok::<_, KafkaError>((ids, topic))
-        })
-        .await
-        .unwrap_or(Err(KafkaError::Canceled))
-    };
-    let (ids, topic) = match metadata {
-        Ok(m) => m,
-        Err(e) => {
-            let e = format!("no metadata: {e}");
-            return Facts {
-                brokers: 0,
-                settings: Err(e.clone()),
-                state_log: Err(e),
-            };
-        }
-    };
-    let state_log = match topic {
-        None => Ok(None),
-        Some((None, isr)) => Ok(Some(isr)),
-        Some((Some(code), _)) => match RDKafkaErrorCode::from(code) {
-            RDKafkaErrorCode::UnknownTopicOrPartition => Ok(None),
-            // Being created: as good as existing for a coordinator.
-            RDKafkaErrorCode::LeaderNotAvailable => Ok(None),
-            code => Err(format!("{code:?}")),
-        },
-    };
-    Facts {
-        brokers: ids.len(),
-        settings: broker_settings(admin, &ids).await,
-        state_log,
-    }
-}
-
-async fn broker_settings(
-    admin: &AdminClient<DefaultClientContext>,
-    ids: &[i32],
-) -> Result<BrokerSettings, String> {
-    let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
-    let specs: Vec<ResourceSpecifier<'_>> = ids
-        .iter()
-        .map(|id| ResourceSpecifier::Broker(*id))
-        .collect();
-    let results = admin
-        .describe_configs(&specs, &options)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut combined: Option<BrokerSettings> = None;
-    for result in results {
-        let resource = result.map_err(|code| format!("DescribeConfigs: {code:?}"))?;
-        let value = |name: &str| -> Result<i64, String> {
-            resource
-                .get(name)
-                .and_then(|e| e.value.as_deref())
-                .ok_or_else(|| format!("{name} not reported"))?
-                .parse::<i64>()
-                .map_err(|e| format!("{name}: {e}"))
-        };
-        let this = BrokerSettings {
-            replication_factor: i32::try_from(value("transaction.state.log.replication.factor")?)
-                .map_err(|e| e.to_string())?,
-            min_isr: i32::try_from(value("transaction.state.log.min.isr")?)
-                .map_err(|e| e.to_string())?,
-            max_timeout_ms: u64::try_from(value("transaction.max.timeout.ms")?)
-                .map_err(|e| e.to_string())?,
-        };
-        combined = Some(match combined {
-            None => this,
-            Some(c) => BrokerSettings {
-                replication_factor: c.replication_factor.max(this.replication_factor),
-                min_isr: c.min_isr.max(this.min_isr),
-                max_timeout_ms: c.max_timeout_ms.min(this.max_timeout_ms),
-            },
-        });
-    }
-    combined.ok_or_else(|| "no broker described".to_owned())
-}
-
-/// Keeps the probe's librdkafka logs and errors off the check's output:
-/// its outcome is the line.
-struct Quiet;
-
-impl ClientContext for Quiet {
-    fn log(&self, _: RDKafkaLogLevel, _: &str, _: &str) {}
-    fn error(&self, _: KafkaError, _: &str) {}
-}
-
-impl ProducerContext for Quiet {
-    type DeliveryOpaque = ();
-    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: ()) {}
-}
-
-/// Initialises transactions under `probe_id` with the relay's producer
-/// settings; produces nothing.
-async fn run_probe(brokers: &str, cfg: &Config, probe_id: &str) -> Probe {
-    let mut config =
-        match producer_config(brokers, &cfg.kafka.properties, QueueBound::of(&cfg.relay)) {
-            Ok(c) => c,
-            Err(e) => return Probe::Failed(e.to_string()),
-        };
-    config.set("transactional.id", probe_id);
-    let producer: BaseProducer<Quiet> = match config.create_with_context(Quiet) {
-        Ok(p) => p,
-        Err(e) => return Probe::Failed(format!("cannot create the producer: {e}")),
-    };
-    tokio::task::spawn_blocking(move || {
-        let outcome = producer.init_transactions(PROBE_TIMEOUT);
-        // Dropping joins librdkafka's threads: here, not on the runtime.
-        drop(producer);
-        match outcome {
-            Ok(()) => Probe::Initialised,
-            Err(KafkaError::Transaction(e)) => Probe::from_error(e.code(), e.string()),
-            Err(e) => Probe::from_error(
-                e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail),
-                e.to_string(),
-            ),
-        }
-    })
-    .await
-    .unwrap_or_else(|e| Probe::Failed(e.to_string()))
-}
+#[cfg(test)]
+mod tests;
