@@ -82,3 +82,48 @@ fn transactions_pass_on_the_test_broker_and_a_high_timeout_fails() {
         assert!(!names.iter().any(|n| n == name), "{name}:\n{out}");
     }
 }
+
+#[test]
+fn a_transaction_timeout_below_the_message_timeout_fails_with_the_fix() {
+    let e = env(PgOptions::default());
+    let c = exactly_once(
+        &e,
+        "low.toml",
+        kafka::shared().bootstrap(),
+        "[kafka.properties]\n\"transaction.timeout.ms\" = \"20000\"",
+    );
+    let out = check(&c);
+    out.expect_fail(
+        "txn timeout",
+        &[
+            "transaction.timeout.ms = 20000 (kafka.properties) is below message.timeout.ms = 30000",
+            "raise kafka.properties.\"transaction.timeout.ms\" to at least 30000",
+        ],
+    );
+    // librdkafka refuses that producer: the probe says so too.
+    let (verdict, detail) = out.line("transactions");
+    assert_eq!(verdict, "FAIL", "{out}");
+    assert!(detail.contains("transaction.timeout.ms"), "{out}");
+}
+
+#[test]
+fn a_state_log_replication_factor_above_the_broker_count_fails_with_the_fix() {
+    let broker = kafka::KafkaBroker::start_with(
+        "transaction.state.log.replication.factor=3\ntransaction.state.log.min.isr=2",
+    );
+    let e = env(PgOptions::default());
+    let out = check(&exactly_once(&e, "rf3.toml", broker.bootstrap(), ""));
+    out.expect_fail(
+        "txn state log",
+        &[
+            "transaction.state.log.replication.factor = 3, transaction.state.log.min.isr = 2, 1 broker(s)",
+            "Kafka cannot create __transaction_state",
+            "set transaction.state.log.replication.factor to at most 1",
+        ],
+    );
+    // The probe would only wait out its timeout: not run.
+    assert_eq!(out.line("transactions").0, "skip", "{out}");
+    assert_eq!(out.line("transactional id").0, "skip", "{out}");
+    assert_eq!(out.line("txn timeout").0, "ok", "{out}");
+    assert_eq!(out.line("idempotence").0, "ok", "{out}");
+}
