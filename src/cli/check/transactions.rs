@@ -201,7 +201,7 @@ pub(crate) fn decide(
         (p, _) if p.coordinator_answered() => Line::ok(
             "transactions",
             format!(
-                "a transaction coordinator answered InitProducerId for the check's own id {:?}; \
+                "the brokers answered the transactional requests of the check's own id {:?}; \
                  nothing was produced",
                 probe_id.as_deref().unwrap_or_default()
             ),
@@ -255,7 +255,7 @@ pub(crate) fn decide(
             format!(
                 "the principal may not use transactional id {:?}: {e}; grant it WRITE and \
                  DESCRIBE on the TransactionalId resource with a prefixed pattern {:?} (covering \
-                 the relay's {:?} from {} and this check's), e.g. kafka-acls.sh --add \
+                 the relay's {:?} ({}) and this check's), e.g. kafka-acls.sh --add \
                  --allow-principal User:<outboxd's principal> --operation Write --operation \
                  Describe --transactional-id '{}' --resource-pattern-type prefixed",
                 probe_id.as_deref().unwrap_or_default(),

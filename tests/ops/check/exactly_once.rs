@@ -127,3 +127,47 @@ fn a_state_log_replication_factor_above_the_broker_count_fails_with_the_fix() {
     assert_eq!(out.line("txn timeout").0, "ok", "{out}");
     assert_eq!(out.line("idempotence").0, "ok", "{out}");
 }
+
+#[test]
+fn a_principal_without_write_on_the_transactional_id_fails_naming_the_acl() {
+    let broker = kafka::KafkaBroker::start_with(super::acl::AUTHORIZER);
+    super::acl::deny_transactional_ids(broker.bootstrap(), "outboxd-");
+    let e = env(PgOptions::default());
+    let out = check(&exactly_once(&e, "acl.toml", broker.bootstrap(), ""));
+    let system = e.count("SELECT system_identifier FROM pg_control_system()");
+    let id = format!("outboxd-{system}/app/check");
+    out.expect_fail(
+        "transactional id",
+        &[
+            &format!("may not use transactional id {:?}", format!("{id}.check")),
+            "TransactionalIdAuthorizationFailed",
+            "WRITE and DESCRIBE on the TransactionalId resource",
+            &format!("--transactional-id '{id}' --resource-pattern-type prefixed"),
+        ],
+    );
+    // Everything else is allowed on this broker.
+    for name in [
+        "transactions",
+        "txn state log",
+        "txn timeout",
+        "idempotence",
+        "topics",
+    ] {
+        assert_eq!(out.line(name).0, "ok", "{name}:\n{out}");
+    }
+    // A transactional id outside the denied prefix passes.
+    let other = exactly_once(
+        &e,
+        "other.toml",
+        broker.bootstrap(),
+        "transactional_id = \"relay-orders\"",
+    );
+    let out = check(&other);
+    assert_eq!(out.code, Some(0), "{out}");
+    assert!(
+        out.line("transactional id")
+            .1
+            .starts_with("\"relay-orders\" (kafka.transactional_id)"),
+        "{out}"
+    );
+}
