@@ -171,3 +171,62 @@ fn a_principal_without_write_on_the_transactional_id_fails_naming_the_acl() {
         "{out}"
     );
 }
+
+/// The check beside a running exactly-once relay: it initialises its own
+/// throwaway id, so the relay is not fenced and goes on committing. With the
+/// relay's own id the relay's next commit would be fenced and it would exit.
+#[test]
+fn checking_beside_a_running_relay_does_not_fence_it() {
+    use crate::relay::support::{self as relay, Relay};
+    let broker = kafka::shared();
+    let slot = "check_eos_live";
+    let topic = format!("{slot}.live");
+    let e = relay::env(
+        broker.bootstrap(),
+        slot,
+        "[relay]\ndelivery = \"exactly-once\"\n",
+    );
+    let mut r = Relay::start(&e);
+    let emit = |from: usize| {
+        e.pg.psql(
+            "app",
+            &format!(
+                "SELECT outbox_emit('live', (i % 5)::text, 'live.happened', jsonb_build_object('i', i)) \
+                 FROM generate_series({from}, {}) i",
+                from + 99
+            ),
+        );
+    };
+    let read = |n: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let got = broker.consume_to_end(&topic, std::time::Duration::from_secs(20));
+            if got.len() >= n || std::time::Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+    };
+    emit(1);
+    assert_eq!(read(100).len(), 100, "{}", r.log());
+
+    // The relay's own configuration: its slot is busy (a FAIL of its own),
+    // the transactional lines run all the same.
+    let out = check(&e.config);
+    for name in TXN_CHECKS {
+        assert_eq!(out.line(name).0, "ok", "{name}:\n{out}");
+    }
+    assert!(out.line("slot").1.contains("is active for PID"), "{out}");
+
+    // The relay commits its next transactions: not fenced.
+    emit(101);
+    let got = read(200);
+    assert_eq!(got.len(), 200, "relay log:\n{}", r.log());
+    assert_eq!(
+        r.wait(std::time::Duration::from_millis(500)),
+        None,
+        "{}",
+        r.log()
+    );
+    assert!(!r.log().contains("fenced"), "{}", r.log());
+}
