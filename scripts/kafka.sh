@@ -12,6 +12,8 @@
 #   KAFKA_PARENT_PID  if set, a watchdog stops the broker when that process exits
 #   KAFKA_WATCHDOG_RMDIR=1  ... and then deletes DIR (for temporary dirs nobody else cleans)
 #   KAFKA_HEAP        JVM heap options (default "-Xms128m -Xmx512m")
+#   KAFKA_EXTRA_PROPERTIES  lines appended to server.properties (later lines win), e.g. an
+#                     authorizer or transaction.state.log.replication.factor=3 for a test
 #   KAFKA_START_TIMEOUT  seconds to wait for readiness (default 60)
 #   JAVA              java binary (default: $JAVA_HOME/bin/java, else java on PATH)
 #
@@ -262,6 +264,9 @@ num.recovery.threads.per.data.dir=1
 background.threads=2
 log.cleaner.threads=1
 EOF
+  if [[ -n "${KAFKA_EXTRA_PROPERTIES:-}" ]]; then
+    printf '# KAFKA_EXTRA_PROPERTIES\n%s\n' "$KAFKA_EXTRA_PROPERTIES" >>"$dir/server.properties"
+  fi
 }
 
 # ---------------------------------------------------------------- start

@@ -10,12 +10,14 @@
 mod columns;
 mod kafka;
 mod postgres;
+mod transactions;
 
 use std::io::Write;
 use std::path::Path;
 
 use crate::cli::settings;
-use crate::config::{Config, ConfigError, Origin, Setting};
+use crate::config::{Config, ConfigError, DeliveryMode, Origin, Setting};
+use crate::progress::ledger::LedgerIdentity;
 
 /// Every check passed (warnings allowed).
 pub(crate) const EXIT_OK: u8 = 0;
@@ -209,12 +211,21 @@ pub async fn run(path: Option<&Path>, out: &mut dyn Write) -> u8 {
         .ok()
         .and(cfg.kafka.brokers.clone())
         .map(|brokers| tokio::spawn(kafka::check(brokers, cfg.clone())));
-    let pg_lines = match source {
+    let (pg_lines, ledger_identity) = match source {
         Ok(mut s) => {
             s.conn.application_name = APPLICATION_NAME.into();
-            postgres::check(&cfg, &s).await
+            let (lines, system_id) = postgres::check(&cfg, &s).await;
+            let identity = system_id.map(|system_identifier| LedgerIdentity {
+                system_identifier,
+                database: s.conn.dbname.clone(),
+                slot: cfg.postgres.slot.clone(),
+            });
+            (lines, identity)
         }
-        Err(_) => postgres::skipped("the configuration is not usable (see config)"),
+        Err(_) => (
+            postgres::skipped("the configuration is not usable (see config)"),
+            None,
+        ),
     };
     for line in pg_lines {
         report.add(line);
@@ -228,10 +239,50 @@ pub async fn run(path: Option<&Path>, out: &mut dyn Write) -> u8 {
         }),
         None => kafka::skipped("kafka.brokers is not set (see config)"),
     };
+    let kafka_ok = kafka_lines
+        .first()
+        .is_some_and(|l| l.verdict == Verdict::Ok);
     for line in kafka_lines {
         report.add(line);
     }
+    if cfg.relay.delivery == DeliveryMode::ExactlyOnce {
+        let lines = match cfg.kafka.brokers.clone() {
+            Some(brokers) if kafka_ok => {
+                let id = transactional_id(&cfg, ledger_identity.as_ref());
+                transactions::check(brokers, cfg.clone(), id).await
+            }
+            _ => transactions::skipped("Kafka is not usable (see kafka)"),
+        };
+        for line in lines {
+            report.add(line);
+        }
+    }
     report.finish()
+}
+
+/// The relay's transactional id: `kafka.transactional_id`, or derived from
+/// the ledger key, which needs PostgreSQL's system identifier.
+fn transactional_id(
+    cfg: &Config,
+    ledger: Option<&LedgerIdentity>,
+) -> Result<transactions::TransactionalId, String> {
+    if let Some(id) = &cfg.kafka.transactional_id {
+        return Ok(transactions::TransactionalId {
+            id: id.clone(),
+            origin: "kafka.transactional_id",
+        });
+    }
+    match ledger {
+        Some(identity) => Ok(transactions::TransactionalId {
+            id: cfg.kafka.default_transactional_id(&identity.key()),
+            origin: "derived from the ledger key",
+        }),
+        None => Err(
+            "the transactional id derives from PostgreSQL's system identifier \
+                     (see postgres); or set kafka.transactional_id"
+                .to_owned(),
+        ),
+    }
 }
 
 /// The effective configuration, one key a line with where its value came

@@ -65,6 +65,13 @@ impl Default for KafkaConfig {
 }
 
 impl KafkaConfig {
+    /// The transactional id when `kafka.transactional_id` is not set:
+    /// `outboxd-<ledger key>`, the same for every instance of one slot, so a
+    /// standby taking over fences the instance it replaces.
+    pub(crate) fn default_transactional_id(&self, ledger_key: &str) -> String {
+        format!("outboxd-{ledger_key}")
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self
             .transactional_id

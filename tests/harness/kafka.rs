@@ -75,6 +75,8 @@ impl Record {
 
 pub struct KafkaBroker {
     dir: tempfile::TempDir,
+    /// Lines appended to server.properties at every start (`KAFKA_EXTRA_PROPERTIES`).
+    extra: String,
     bootstrap: String,
     /// Current JVM pid (changes on restart).
     pid: u32,
@@ -87,8 +89,14 @@ fn script() -> PathBuf {
 
 /// Runs `scripts/kafka.sh ARGS`; returns trimmed stdout, panics with all output on failure.
 fn run_script(args: &[&str]) -> String {
+    run_script_with(args, "")
+}
+
+/// [`run_script`] with `extra` server properties (`KAFKA_EXTRA_PROPERTIES`).
+fn run_script_with(args: &[&str], extra: &str) -> String {
     let mut cmd = Command::new("bash");
     cmd.arg(script()).args(args);
+    cmd.env("KAFKA_EXTRA_PROPERTIES", extra);
     cmd.env("KAFKA_PARENT_PID", std::process::id().to_string());
     // If this process dies without running Drop (SIGKILL, abort, or the never-dropped shared
     // broker), the script's watchdog stops the JVM and removes its temp dir.
@@ -165,12 +173,18 @@ impl KafkaBroker {
     /// Starts a private broker on a free loopback port in a fresh temp dir and waits until it
     /// is ready. Panics with the script's output if it does not come up.
     pub fn start() -> KafkaBroker {
+        KafkaBroker::start_with("")
+    }
+
+    /// As [`start`](Self::start), with `extra` lines appended to the broker's
+    /// server.properties (later lines win), e.g. an authorizer.
+    pub fn start_with(extra: &str) -> KafkaBroker {
         let dir = tempfile::Builder::new()
             .prefix("outboxd-kafka-")
             .tempdir()
             .expect("temp dir for kafka");
         let dir_str = dir.path().to_str().expect("utf-8 temp dir").to_string();
-        let bootstrap = run_script(&["start", &dir_str]);
+        let bootstrap = run_script_with(&["start", &dir_str], extra);
         assert!(
             bootstrap.starts_with("127.0.0.1:"),
             "unexpected output from scripts/kafka.sh start: {bootstrap:?}"
@@ -178,6 +192,7 @@ impl KafkaBroker {
         let pid = read_pid(dir.path());
         KafkaBroker {
             dir,
+            extra: extra.to_owned(),
             bootstrap,
             pid,
             paused: AtomicBool::new(false),
@@ -248,7 +263,7 @@ impl KafkaBroker {
         }
         self.paused.store(false, Ordering::SeqCst);
         let port = self.port().to_string();
-        let bootstrap = run_script(&["start", &dir_str, &port]);
+        let bootstrap = run_script_with(&["start", &dir_str, &port], &self.extra);
         assert_eq!(
             bootstrap, self.bootstrap,
             "broker came back on another address"

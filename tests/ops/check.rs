@@ -3,6 +3,8 @@
 //! line with the message naming the fix, and exit code 1 (2 for a config
 //! that cannot be read).
 
+mod acl;
+mod exactly_once;
 pub(crate) mod support;
 
 use std::process::{Command, Stdio};

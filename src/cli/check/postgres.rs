@@ -61,7 +61,9 @@ async fn gather(client: &tokio_postgres::Client, t: &Target<'_>) -> Result<Facts
     })
 }
 
-pub(crate) async fn check(cfg: &Config, s: &SourceSettings) -> Vec<Line> {
+/// The lines of this half, and PostgreSQL's system identifier when
+/// IDENTIFY_SYSTEM answered (the default transactional id derives from it).
+pub(crate) async fn check(cfg: &Config, s: &SourceSettings) -> (Vec<Line>, Option<String>) {
     let t = s.target();
     let (client, facts) = match admin::connect_sql(&s.conn).await {
         Ok(client) => {
@@ -75,12 +77,12 @@ pub(crate) async fn check(cfg: &Config, s: &SourceSettings) -> Vec<Line> {
         Err(e) => {
             let mut lines = skipped("PostgreSQL did not answer (see postgres)");
             lines[0] = Line::fail("postgres", e);
-            return lines;
+            return (lines, None);
         }
     };
     // Opened after the counting above, so our own walsender is not counted
     // as a busy one.
-    let connection = replication_line(s).await;
+    let (connection, system_id) = replication_line(s).await;
     let f = &facts.server;
     let mut lines = vec![
         connection,
@@ -152,35 +154,42 @@ pub(crate) async fn check(cfg: &Config, s: &SourceSettings) -> Vec<Line> {
         lines.push(publication_line(facts, &target));
         lines.push(super::columns::columns_line(table_cfg, facts, &target));
     }
-    lines
+    (lines, system_id)
 }
 
 /// The replication connection and IDENTIFY_SYSTEM: what `outboxd run` opens
 /// after its SQL checks. It needs a free WAL sender, the REPLICATION
 /// attribute, and a pg_hba.conf line for replication connections.
-async fn replication_line(s: &SourceSettings) -> Line {
+async fn replication_line(s: &SourceSettings) -> (Line, Option<String>) {
     let mut conn = match replication::connect(&s.conn).await {
         Ok(conn) => conn,
         Err(e) => {
-            return Line::fail(
+            let line = Line::fail(
                 "postgres",
                 format!("the SQL connection works, the replication connection does not: {e}"),
-            )
+            );
+            return (line, None);
         }
     };
     let identity = conn.identify_system().await;
     conn.close().await;
     match identity {
-        Ok(id) => Line::ok(
-            "postgres",
-            format!(
-                "SQL and replication connections to {} (system {}, timeline {})",
-                s.conn.describe(),
-                id.system_id,
-                id.timeline
+        Ok(id) => (
+            Line::ok(
+                "postgres",
+                format!(
+                    "SQL and replication connections to {} (system {}, timeline {})",
+                    s.conn.describe(),
+                    id.system_id,
+                    id.timeline
+                ),
             ),
+            Some(id.system_id),
         ),
-        Err(e) => Line::fail("postgres", format!("IDENTIFY_SYSTEM failed: {e}")),
+        Err(e) => (
+            Line::fail("postgres", format!("IDENTIFY_SYSTEM failed: {e}")),
+            None,
+        ),
     }
 }
 

@@ -155,6 +155,10 @@ fn dashboard_is_a_grafana_dashboard_over_the_relay_metrics() {
         "outboxd_stall_seconds",
         "outboxd_connected",
         "outboxd_events_dead_lettered_total",
+        "rate(outboxd_kafka_transactions_total",
+        "histogram_quantile(0.99, sum by (instance, le) (rate(outboxd_kafka_transaction_events_bucket",
+        "histogram_quantile(0.99, sum by (instance, le) (rate(outboxd_kafka_transaction_commit_seconds_bucket",
+        "increase(outboxd_fenced_total",
     ] {
         assert!(all.contains(needle), "no dashboard query has `{needle}`");
     }
