@@ -91,9 +91,10 @@ impl Delivery for Transactional {
     /// Makes the producer and initialises its transactions: only a session
     /// that holds the slot gets here, so a standby fences nobody.
     async fn open(settings: &RelaySettings, ledger_key: &str) -> Result<Self, RelayError> {
-        let id = match &settings.config.kafka.transactional_id {
+        let kafka = &settings.config.kafka;
+        let id = match &kafka.transactional_id {
             Some(id) => id.clone(),
-            None => format!("outboxd-{ledger_key}"),
+            None => kafka.default_transactional_id(ledger_key),
         };
         let (sink, control) = producer(settings, Some(&id))?;
         let control = control.expect("a transactional id gives a transaction control");
