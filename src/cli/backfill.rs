@@ -4,9 +4,9 @@
 //! header. The way back from an accepted gap, and "send yesterday's events
 //! to a new consumer" (consumers drop duplicates by the `id` header).
 //!
-//! Guarantees: rows are read in time order then id and enqueued in that
-//! order from this one task, so records of one key keep that order in their
-//! partition; every record's acknowledgement is awaited, and the
+//! Guarantees: rows are read in time order then storage order (see
+//! `query`) and enqueued in that order from this one task, so records of
+//! one key keep that order in their partition; every record's acknowledgement is awaited, and the
 //! [`Summary`] counts what was acked, dead-lettered, failed or never sent.
 //! Nothing is lost silently: a failed delivery stops the backfill (the rest
 //! is "not sent") and the exit code says so; running it again is safe.
