@@ -25,7 +25,6 @@
 mod compare;
 mod entries;
 mod listing;
-mod progress;
 mod records;
 mod report;
 mod rows;
@@ -42,7 +41,7 @@ use crate::outbox::{MappingConfigError, RecordMapper};
 use crate::source::admin;
 use crate::source::session::SourceSettings;
 
-pub use progress::Progress;
+pub use crate::cli::progress::Progress;
 
 /// Nothing missing, nothing out of order (and, exactly-once, nothing doubled).
 pub const EXIT_CLEAN: u8 = 0;

@@ -13,7 +13,6 @@
 //!
 //! The slot is not involved: a backfill neither reads nor moves it.
 
-mod progress;
 mod query;
 pub(crate) mod rows;
 mod send;
@@ -29,7 +28,7 @@ use crate::sink::SinkError;
 use crate::source::admin::{self, AdminError};
 use crate::source::session::SourceSettings;
 
-pub use progress::Progress;
+pub use crate::cli::progress::Progress;
 
 /// Header on every backfilled record (and its dead-letter copies).
 pub const BACKFILL_HEADER: &str = "outboxd.backfill";
@@ -293,7 +292,7 @@ pub async fn run(
         ..Summary::default()
     };
     if progress.is_visible() {
-        progress.set_total(reader.count(&client).await?);
+        progress.set_total("rows", reader.count(&client).await?);
     }
     let mut sender = if opts.dry_run {
         None
@@ -324,7 +323,7 @@ pub async fn run(
         };
         for event in page {
             summary.read += 1;
-            progress.inc();
+            progress.inc(1);
             let outcome = match &mut sender {
                 None => dry_run(&mut mapper, &event, &mut summary),
                 Some(s) => s.publish(&mut mapper, event, &mut summary).await,

@@ -16,9 +16,9 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::entries::RecordEntry;
-use super::progress::Progress;
 use super::spill::Sorter;
 use super::AuditError;
+use super::Progress;
 use crate::cli::backfill::BACKFILL_HEADER;
 use crate::outbox::mapper::ID_HEADER;
 
