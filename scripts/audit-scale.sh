@@ -88,7 +88,11 @@ kill "$relay_pid"
 wait "$relay_pid" || true
 relay_pid=
 
-echo "auditing..." >&2
+# Whether autovacuum has analyzed the table yet changes PostgreSQL's plans
+# (a backfill's keyset pages sort the rest of the window without
+# statistics; the audit's single query does not care): say which it was.
+analyzed=$(servers_psql app -Atc "SELECT coalesce(greatest(last_analyze, last_autoanalyze)::text, 'never') FROM pg_stat_user_tables WHERE relname = 'outbox'")
+echo "auditing (outbox table last analyzed: $analyzed)..." >&2
 /usr/bin/time -v "$OUTBOXD_BIN" audit --config "$work/outboxd.toml" --since "$since" --until "$until" \
   >"$work/report.txt" 2>"$work/time.txt" || true
 cat "$work/report.txt"

@@ -133,7 +133,8 @@ enum Command {
         /// relay's mode (`relay.delivery`).
         #[arg(long, value_enum)]
         mode: Option<audit::DeliveryMode>,
-        /// Rows read per query.
+        /// Rows fetched at a time (the range is one query, read through a
+        /// cursor).
         #[arg(long, default_value_t = audit::DEFAULT_BATCH)]
         batch_size: usize,
     },

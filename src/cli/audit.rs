@@ -7,6 +7,10 @@
 //! - **Rows** are read and mapped exactly as `outboxd backfill` reads and
 //!   maps them (same reader, same mapper): in time-column then storage
 //!   order, which numbers them (the order a key's records must follow).
+//!   Unlike a backfill, the range is one statement fetched through a
+//!   cursor in one read-only transaction, sorted once by PostgreSQL
+//!   (`Paging::Cursor`): keyset pages were each planned alone, and on a
+//!   table without statistics each sorted the rest of the range.
 //! - **Records** are read `read_committed` from the first offset stamped at
 //!   or after `--since` to the end of each partition (see `records`).
 //! - **Memory** is bounded: both sides are kept as small entries in an
@@ -21,7 +25,6 @@
 mod compare;
 mod entries;
 mod listing;
-mod progress;
 mod records;
 mod report;
 mod rows;
@@ -30,7 +33,7 @@ mod spill;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crate::cli::backfill::rows::RowReader;
+use crate::cli::backfill::rows::{Paging, RowReader};
 use crate::cli::backfill::{choose_table, BackfillError, BackfillOptions};
 use crate::config::{Config, OutboxTable};
 use crate::outbox::record::parse_timestamp_ms;
@@ -38,7 +41,7 @@ use crate::outbox::{MappingConfigError, RecordMapper};
 use crate::source::admin;
 use crate::source::session::SourceSettings;
 
-pub use progress::Progress;
+pub use crate::cli::progress::Progress;
 
 /// Nothing missing, nothing out of order (and, exactly-once, nothing doubled).
 pub const EXIT_CLEAN: u8 = 0;
@@ -48,9 +51,9 @@ pub const EXIT_FOUND: u8 = 1;
 /// insert-then-delete helper), or PostgreSQL or Kafka failed.
 pub const EXIT_CANNOT: u8 = 3;
 
-/// Rows read per query: five times a backfill's, since the audit waits for
-/// no broker between pages; each page is a query of its own (a keyset, as
-/// for backfill), which an index on the time column makes cheap.
+/// Rows fetched at a time: five times a backfill's, since the audit waits
+/// for no broker between pages. The range is one statement read through a
+/// cursor (`Paging::Cursor`), not a query per page as for a backfill.
 pub const DEFAULT_BATCH: usize = 5_000;
 
 /// What each side may hold in memory before it spills to disk.
@@ -107,7 +110,7 @@ pub struct AuditOptions {
     pub format: Format,
     /// Overrides the configuration's delivery mode.
     pub mode: Option<DeliveryMode>,
-    /// Rows read per query.
+    /// Rows fetched at a time.
     pub batch: usize,
 }
 
@@ -204,7 +207,8 @@ async fn audit_table(
         &table.columns,
         &read_opts,
     )
-    .await?;
+    .await?
+    .with_paging(Paging::Cursor);
     let (since, until) = reader.window();
     let (since, until) = (since.to_owned(), until.map(str::to_owned));
     let ms = |t: &str| parse_timestamp_ms(t.as_bytes()).ok_or_else(|| AuditError::Bound(t.into()));

@@ -4,16 +4,15 @@
 //! header. The way back from an accepted gap, and "send yesterday's events
 //! to a new consumer" (consumers drop duplicates by the `id` header).
 //!
-//! Guarantees: rows are read in time order then id and enqueued in that
-//! order from this one task, so records of one key keep that order in their
-//! partition; every record's acknowledgement is awaited, and the
+//! Guarantees: rows are read in time order then storage order (see
+//! `query`) and enqueued in that order from this one task, so records of
+//! one key keep that order in their partition; every record's acknowledgement is awaited, and the
 //! [`Summary`] counts what was acked, dead-lettered, failed or never sent.
 //! Nothing is lost silently: a failed delivery stops the backfill (the rest
 //! is "not sent") and the exit code says so; running it again is safe.
 //!
 //! The slot is not involved: a backfill neither reads nor moves it.
 
-mod progress;
 mod query;
 pub(crate) mod rows;
 mod send;
@@ -29,7 +28,7 @@ use crate::sink::SinkError;
 use crate::source::admin::{self, AdminError};
 use crate::source::session::SourceSettings;
 
-pub use progress::Progress;
+pub use crate::cli::progress::Progress;
 
 /// Header on every backfilled record (and its dead-letter copies).
 pub const BACKFILL_HEADER: &str = "outboxd.backfill";
@@ -291,7 +290,7 @@ pub async fn run(
         ..Summary::default()
     };
     if progress.is_visible() {
-        progress.set_total(reader.count(&client).await?);
+        progress.set_total("rows", reader.count(&client).await?);
     }
     let mut sender = if opts.dry_run {
         None
@@ -322,7 +321,7 @@ pub async fn run(
         };
         for event in page {
             summary.read += 1;
-            progress.inc();
+            progress.inc(1);
             let outcome = match &mut sender {
                 None => dry_run(&mut mapper, &event, &mut summary),
                 Some(s) => s.publish(&mut mapper, event, &mut summary).await,

@@ -6,5 +6,6 @@ pub mod backfill;
 pub mod check;
 pub mod health;
 pub mod malloc;
+mod progress;
 pub mod settings;
 pub mod tail;

@@ -106,6 +106,15 @@ async fn a_complete_range_exits_0_and_an_empty_or_deleted_range_says_so() {
     says(&run, "out of order 0, wrong key or topic 0");
     says(&run, "verdict: complete");
     says(&run, "audit: 1 table, 300 rows, 300 delivered, 0 missing");
+    // Fetched 7 rows at a time (the rows of a transaction share their time
+    // and span fetches): the same verdict.
+    let run = audit(
+        &e.config,
+        &["--since", &since, "--until", &until, "--batch-size", "7"],
+    );
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    says(&run, "rows 300, delivered 300, missing 0, duplicated 0");
+    says(&run, "out of order 0, wrong key or topic 0");
 
     // On a terminal (a pty from `script`) it shows progress on stderr, and
     // still ends with the summary.
@@ -487,4 +496,22 @@ fn a_keys_swapped_records_are_out_of_order_naming_both() {
     says(&run, "out of order (1):");
     says(&run, &format!("{} (key agg-1, audswap.payment[1]", id(9)));
     says(&run, &format!("after {}, committed later", id(13)));
+
+    // Fetched a few rows at a time, the last fetch short (3) or empty (4):
+    // the rows keep their order across fetches.
+    for batch in ["3", "4"] {
+        let (run, v) = audit_json(
+            &e.config,
+            &["--since", SINCE, "--until", UNTIL, "--batch-size", batch],
+        );
+        assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+        let t = &v["tables"][0];
+        assert_eq!(t["rows"].as_u64(), Some(40), "{t}");
+        let late = &t["out_of_order"]["records"].as_array().unwrap();
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert_eq!(
+            (&late[0]["id"], &late[0]["after"]),
+            (&id(9).into(), &id(13).into())
+        );
+    }
 }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use tokio_postgres::Client;
 
 use super::entries::{RowEntry, UNMAPPABLE};
-use super::progress::Progress;
 use super::spill::Sorter;
 use super::AuditError;
+use super::Progress;
 use crate::cli::backfill::rows::RowReader;
 use crate::outbox::RecordMapper;
 

@@ -6,10 +6,17 @@
 //! function gives `t`, and `inet::text` adds the netmask. The simple
 //! protocol takes no parameters, hence the literals quoted here.
 //!
-//! Pages are read by keyset, `(time, ctid) > (last time, last ctid)` in
-//! `ORDER BY time, ctid`, each page its own statement: no transaction stays
-//! open while Kafka acknowledges (it would hold back vacuum), and a big
-//! table is never loaded whole. Rows with the same time (the rows of one
+//! A backfill reads pages by keyset, `(time, ctid) > (last time, last
+//! ctid)` in `ORDER BY time, ctid`, each page its own statement: no
+//! transaction stays open while Kafka acknowledges (it would hold back
+//! vacuum), and a big table is never loaded whole. The price: each page is
+//! planned on its own, and without statistics on the table (written since
+//! the last `ANALYZE`) PostgreSQL sorts every row left in the window for
+//! each page, quadratic in the window. A reader that waits on nothing
+//! between pages (the audit) reads [`PageQuery::ordered`] instead, once,
+//! through a cursor (see `rows::Paging`).
+//!
+//! Rows with the same time (the rows of one
 //! transaction share `now()`) go by `ctid`, the order they are stored in:
 //! their insertion order in an outbox that is only appended to. The id
 //! would not do: a random uuid puts one transaction's events of an
@@ -107,6 +114,16 @@ impl PageQuery {
     /// The next page after `after` (the last row's time and ctid text), or
     /// the first page. Each row ends with its `ctid`, after the columns.
     pub(crate) fn page(&self, after: Option<(&str, &str)>) -> String {
+        self.select(after, Some(self.batch))
+    }
+
+    /// The whole window in page order, as one statement (each row ends with
+    /// its `ctid`, as in a page): for a cursor.
+    pub(crate) fn ordered(&self) -> String {
+        self.select(None, None)
+    }
+
+    fn select(&self, after: Option<(&str, &str)>, limit: Option<usize>) -> String {
         let select: Vec<String> = self.columns.iter().map(|c| quote_ident(&c.name)).collect();
         let time = &self.columns[self.time];
         let time_q = quote_ident(&time.name);
@@ -124,7 +141,10 @@ impl PageQuery {
                 literal(c),
             ));
         }
-        sql.push_str(&format!(" ORDER BY {time_q}, ctid LIMIT {}", self.batch));
+        sql.push_str(&format!(" ORDER BY {time_q}, ctid"));
+        if let Some(n) = limit {
+            sql.push_str(&format!(" LIMIT {n}"));
+        }
         sql
     }
 }
@@ -187,6 +207,18 @@ mod tests {
                  ORDER BY \"created_at\", ctid LIMIT 500"
             ),
             "{sql}"
+        );
+    }
+
+    #[test]
+    fn the_whole_window_is_one_statement_in_page_order() {
+        let q = query(TimeKind::Timestamp, Some("2026-12-01 11:00:00+00"));
+        assert_eq!(
+            q.ordered(),
+            "SELECT \"id\", \"payload\", \"created_at\", ctid FROM \"public\".\"outbox\" \
+             WHERE \"created_at\" >= '2026-12-01 10:00:00+00'::timestamptz \
+             AND \"created_at\" < '2026-12-01 11:00:00+00'::timestamptz \
+             ORDER BY \"created_at\", ctid"
         );
     }
 

@@ -18,12 +18,37 @@ use crate::Lsn;
 /// Where the time column comes from, for errors that name the fix.
 pub(crate) const TIME_COLUMN_FLAG: &str = "--time-column";
 
-/// Pages of the window, in time order then id.
+/// The cursor [`Paging::Cursor`] reads from.
+const CURSOR: &str = "outboxd_rows";
+
+/// How a [`RowReader`] goes through the window; the rows and their order
+/// are the same either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Paging {
+    /// Each page its own statement, after the last row's time and ctid: no
+    /// transaction stays open between pages, however long the reader waits
+    /// (a backfill waits for Kafka's acknowledgements). Each page is
+    /// planned alone, which on a table without statistics sorts the rest
+    /// of the window for every page (see `query`).
+    Keyset,
+    /// One statement for the whole window, `FETCH`ed a page at a time from
+    /// a cursor in one `REPEATABLE READ READ ONLY` transaction: planned and
+    /// sorted once (a cursor's plan favours the index on the time column),
+    /// one snapshot. The transaction holds back vacuum while it is open:
+    /// for a reader that waits on nothing between pages (the audit). It
+    /// ends with the last page, or with the connection.
+    Cursor,
+}
+
+/// Pages of the window, in time order then storage order (`ctid`).
 pub(crate) struct RowReader {
     query: PageQuery,
     table: Arc<TableInfo>,
-    /// Time and id text of the last row read.
+    paging: Paging,
+    /// Time and ctid text of the last row read ([`Paging::Keyset`]).
     after: Option<(String, String)>,
+    /// The cursor's transaction is open ([`Paging::Cursor`]).
+    in_cursor: bool,
     done: bool,
 }
 
@@ -107,9 +132,19 @@ impl RowReader {
                 batch: batch.max(1),
             },
             table: Arc::new(info),
+            paging: Paging::Keyset,
             after: None,
+            in_cursor: false,
             done: false,
         })
+    }
+
+    /// Reads the window as `paging` says (before the first page; a new
+    /// reader pages by [`Paging::Keyset`]).
+    pub(crate) fn with_paging(mut self, paging: Paging) -> RowReader {
+        debug_assert!(self.after.is_none() && !self.in_cursor && !self.done);
+        self.paging = paging;
+        self
     }
 
     /// The time column's name.
@@ -141,11 +176,19 @@ impl RowReader {
         if self.done {
             return Ok(Vec::new());
         }
-        let after = self.after.as_ref().map(|(t, i)| (t.as_str(), i.as_str()));
-        let sql = self.query.page(after);
-        let rows = simple(client, &sql, "reading outbox rows").await?;
+        let rows = match self.paging {
+            Paging::Keyset => {
+                let after = self.after.as_ref().map(|(t, i)| (t.as_str(), i.as_str()));
+                simple(client, &self.query.page(after), "reading outbox rows").await?
+            }
+            Paging::Cursor => self.fetch(client).await?,
+        };
         if rows.len() < self.query.batch {
             self.done = true;
+            if self.in_cursor {
+                self.in_cursor = false;
+                simple(client, "COMMIT", "closing the cursor on outbox rows").await?;
+            }
         }
         // Each row ends with its ctid (see `PageQuery::page`).
         let ctid = self.query.columns.len();
@@ -160,6 +203,31 @@ impl RowReader {
                 self.event(values)
             })
             .collect())
+    }
+
+    /// The cursor's next page, the cursor declared first. A failed
+    /// statement rolls the transaction back, so the connection is usable.
+    async fn fetch(&mut self, client: &Client) -> Result<Vec<Vec<Option<String>>>, BackfillError> {
+        let result = if self.in_cursor {
+            let sql = format!("FETCH FORWARD {} FROM {CURSOR}", self.query.batch);
+            simple(client, &sql, "reading outbox rows").await
+        } else {
+            let sql = format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
+                 DECLARE {CURSOR} NO SCROLL CURSOR FOR {}; \
+                 FETCH FORWARD {} FROM {CURSOR}",
+                self.query.ordered(),
+                self.query.batch
+            );
+            self.in_cursor = true;
+            simple(client, &sql, "reading outbox rows").await
+        };
+        if result.is_err() && self.in_cursor {
+            self.in_cursor = false;
+            self.done = true;
+            let _ = client.simple_query("ROLLBACK").await;
+        }
+        result
     }
 
     /// An event as the source would hand it on, but with no transaction
