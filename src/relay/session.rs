@@ -55,7 +55,7 @@ use crate::sink::TopicManager;
 use crate::source::driver::{DriverOptions, SourceHandle, StatusUpdates, Streamed};
 use crate::source::session::{SourceError, SourceSession};
 use crate::Lsn;
-use delivery::{AtLeastOnce, Delivery, News};
+use delivery::{AtLeastOnce, Delivery};
 use telemetry::{Telemetry, TelemetryEvent};
 use transactional::Transactional;
 use window::{Halt, Limits, Relayed, Window};
@@ -163,8 +163,6 @@ struct Session<'a, D> {
     /// The walsender said it has nothing more for now (a keepalive between
     /// transactions) since the last item: the stream is idle.
     idle: bool,
-    /// Exactly-once: the commit under way, if any.
-    pending_commit: Option<commit::PendingCommit>,
 }
 
 impl<'a, D: Delivery> Session<'a, D> {
@@ -229,7 +227,6 @@ impl<'a, D: Delivery> Session<'a, D> {
             // The ledger has everything up to its position in Kafka.
             committed: relayed.through.map_or(start_lsn, |t| t.max(start_lsn)),
             idle: false,
-            pending_commit: None,
         };
         let mut drain_deadline: Option<Instant> = None;
         let far = Instant::now() + Duration::from_secs(86400 * 365);
@@ -289,7 +286,7 @@ impl<'a, D: Delivery> Session<'a, D> {
                     return Ok(SessionEnd::Shutdown);
                 }
             }
-            if s.window.resend_due() && !s.delivery.committing() {
+            if s.window.resend_due() {
                 if let Some(end) = s.resend_pending().await? {
                     return Ok(end);
                 }
@@ -311,27 +308,21 @@ impl<'a, D: Delivery> Session<'a, D> {
                     WatchNews::Changed(reason) => s.halt(Halt::TableChanged(reason)),
                     WatchNews::Lost(e) => return Err(SourceError::from(e).into()),
                 },
-                news = s.delivery.next_news() => match news {
-                    // Exactly-once: the commit under way is done.
-                    News::CommitDone => {
-                        if let Some(end) = s.commit_finished().await? {
-                            return Ok(end);
-                        }
+                report = s.delivery.next_report() => {
+                    let Some(report) = report else {
+                        return Ok(Reconnect::producer_stopped());
+                    };
+                    if let Some(end) = s.on_report(report).await? {
+                        return Ok(end);
                     }
-                    News::Report(None) => return Ok(Reconnect::producer_stopped()),
-                    News::Report(Some(report)) => {
+                    // Take every report already waiting: one wake-up per
+                    // burst of acks instead of one per ack.
+                    while let Some(report) = s.delivery.try_report() {
                         if let Some(end) = s.on_report(report).await? {
                             return Ok(end);
                         }
-                        // Take every report already waiting: one wake-up per
-                        // burst of acks instead of one per ack.
-                        while let Some(report) = s.delivery.try_report() {
-                            if let Some(end) = s.on_report(report).await? {
-                                return Ok(end);
-                            }
-                        }
                     }
-                },
+                }
                 _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() => {}
                 // The driver confirmed something new, or the ledger may take
                 // what it confirmed: offered below. An idle relay wakes for
@@ -415,13 +406,7 @@ impl<'a, D: Delivery> Session<'a, D> {
     /// Whether to take more from the driver: the window has room and
     /// nothing waiting, and the stream is not drained.
     fn may_read(&self) -> bool {
-        // Exactly-once queues what it reads while a commit is under way.
-        let room = if D::TRANSACTIONAL {
-            self.window.has_room()
-        } else {
-            self.window.may_read()
-        };
-        room && !self.drained
+        self.window.may_read() && !self.drained
     }
 
     /// What the slot may be confirmed to: every event up to it is

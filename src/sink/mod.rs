@@ -74,4 +74,4 @@ pub use ledger_topic::{
 };
 pub use producer::{KafkaSink, STATS_INTERVAL_MS};
 pub(crate) use topics::{describe_topic, TopicManager};
-pub use transaction::{is_fencing, CommitTask, TransactionControl, TransactionError};
+pub use transaction::{is_fencing, TransactionControl, TransactionError};

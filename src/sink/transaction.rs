@@ -132,16 +132,17 @@ impl TransactionControl {
             .map_err(|e| TransactionError::from_kafka(e, &self.transactional_id))
     }
 
-    /// Flushes every queued record and commits the transaction, on a
-    /// blocking thread: the caller may go on meanwhile, but must hand the
-    /// producer nothing until the commit is done (librdkafka refuses records
-    /// while it commits).
-    pub fn start_commit(&self, timeout: Duration) -> CommitTask {
+    /// Flushes every queued record and commits the transaction.
+    pub async fn commit(&self, timeout: Duration) -> Result<(), TransactionError> {
         let producer = Arc::clone(&self.producer);
         let id = Arc::clone(&self.transactional_id);
-        CommitTask(tokio::task::spawn_blocking(move || {
-            commit_now(&producer, timeout, &id)
-        }))
+        let joined = tokio::task::spawn_blocking(move || commit_now(&producer, timeout, &id)).await;
+        joined.unwrap_or_else(|e| {
+            Err(TransactionError::Fatal {
+                code: RDKafkaErrorCode::Fail,
+                message: format!("the commit did not finish: {e}"),
+            })
+        })
     }
 
     /// Aborts the transaction: what it holds never becomes visible; queued
@@ -164,22 +165,6 @@ impl TransactionControl {
                 message: format!("the transaction call did not finish: {e}"),
             }),
         }
-    }
-}
-
-/// A commit under way ([`TransactionControl::start_commit`]).
-pub struct CommitTask(tokio::task::JoinHandle<Result<(), TransactionError>>);
-
-impl CommitTask {
-    /// The commit's outcome, once it is done. Cancel-safe: waiting again
-    /// after a cancelled wait finds the same commit.
-    pub async fn outcome(&mut self) -> Result<(), TransactionError> {
-        (&mut self.0).await.unwrap_or_else(|e| {
-            Err(TransactionError::Fatal {
-                code: RDKafkaErrorCode::Fail,
-                message: format!("the commit did not finish: {e}"),
-            })
-        })
     }
 }
 

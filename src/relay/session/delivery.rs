@@ -35,7 +35,7 @@ use crate::sink::{
 
 /// What the session asks of Kafka. Records are handed over from the
 /// session's one task in WAL order; reports come back by delivery id.
-pub(super) trait Delivery: Sized + Send {
+pub(super) trait Delivery: Sized {
     /// Reports wait for a Kafka transaction's commit (exactly-once).
     const TRANSACTIONAL: bool = false;
 
@@ -59,12 +59,6 @@ pub(super) trait Delivery: Sized + Send {
     /// The next report; cancel-safe. `None` once the producer is gone.
     fn next_report(&mut self) -> impl Future<Output = Option<DeliveryReport>> + Send;
 
-    /// The next thing the session's loop waits for from Kafka: a report, or
-    /// (exactly-once) the end of the commit under way. Cancel-safe.
-    fn next_news(&mut self) -> impl Future<Output = News> + Send {
-        async { News::Report(self.next_report().await) }
-    }
-
     /// A report already waiting, if any.
     fn try_report(&mut self) -> Option<DeliveryReport>;
 
@@ -86,22 +80,12 @@ pub(super) trait Delivery: Sized + Send {
         None
     }
 
-    /// Starts committing the open Kafka transaction (beginning one if none
-    /// is open) with `ledger`, the position ledger's record for what it
-    /// holds. Until [`Delivery::finish_commit`] nothing may be sent.
-    fn start_commit(&mut self, _ledger: LedgerRecord) -> Result<(), TransactionError> {
-        Ok(())
-    }
-
-    /// A commit is under way, or done and not yet finished.
-    fn committing(&self) -> bool {
-        false
-    }
-
-    /// The commit's outcome, once done: the reports of its records, every
-    /// one an ack; or why it failed (the transaction is then to abort).
-    fn finish_commit(
+    /// Commits the open Kafka transaction (beginning one if none is open)
+    /// with `ledger`, the position ledger's record for what it holds, and
+    /// hands over the reports of its records, every one an ack.
+    fn commit(
         &mut self,
+        _ledger: LedgerRecord,
     ) -> impl Future<Output = Result<Vec<DeliveryReport>, TransactionError>> + Send {
         async { Ok(Vec::new()) }
     }
@@ -116,14 +100,6 @@ pub(super) trait Delivery: Sized + Send {
     fn fenced(&self) -> Option<TransactionError> {
         None
     }
-}
-
-/// What [`Delivery::next_news`] brings.
-pub(super) enum News {
-    /// A delivery report; `None` once the producer is gone.
-    Report(Option<DeliveryReport>),
-    /// The commit under way is done: finish it.
-    CommitDone,
 }
 
 /// The position ledger's record, for a transaction to hold.

@@ -130,10 +130,7 @@ impl<D: Delivery> Session<'_, D> {
     /// route. A refusal meanwhile adds what was in flight back; the lowest
     /// id always goes first.
     pub(super) async fn resend_pending(&mut self) -> Result<Option<SessionEnd>, RelayError> {
-        while !self.delivery.committing() {
-            let Some((route, entry)) = self.window.next_to_send() else {
-                break;
-            };
+        while let Some((route, entry)) = self.window.next_to_send() {
             let end = match route {
                 Route::Poison(refusal) => {
                     self.undeliverable(Undeliverable::Refused { entry, refusal })
@@ -225,9 +222,8 @@ impl<D: Delivery> Session<'_, D> {
         mut entry: InFlight,
     ) -> Result<Option<SessionEnd>, RelayError> {
         loop {
-            // Behind records waiting to be sent again, it waits with them;
-            // while a commit is under way (exactly-once), it waits for it.
-            if self.window.must_wait(entry.id) || self.delivery.committing() {
+            // Behind records waiting to be sent again, it waits with them.
+            if self.window.must_wait(entry.id) {
                 self.window.queue(entry);
                 return Ok(None);
             }

@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::delivery::{producer, retire, Delivery, LedgerRecord, News};
+use super::delivery::{producer, retire, Delivery, LedgerRecord};
 use crate::outbox::KafkaRecord;
 use crate::progress::DeliveryId;
 use crate::relay::{RelayError, RelaySettings};
 use crate::sink::{
-    CommitTask, DeliveryFailure, DeliveryReport, FailureKind, KafkaSink, SendError,
-    TransactionControl, TransactionError,
+    DeliveryFailure, DeliveryReport, FailureKind, KafkaSink, SendError, TransactionControl,
+    TransactionError,
 };
 
 /// The delivery id of the ledger's record: no event has it (event ids count
@@ -39,16 +39,8 @@ const REPORTS_WAIT: Duration = Duration::from_secs(10);
 pub(super) struct Transactional {
     sink: KafkaSink,
     control: TransactionControl,
-    /// The open Kafka transaction, if any (also while it commits).
+    /// The open Kafka transaction, if any.
     open: Option<OpenTransaction>,
-    /// Its commit, once started.
-    commit: Option<Commit>,
-}
-
-/// A commit under way, or done and not yet finished.
-enum Commit {
-    Running(CommitTask),
-    Done(Result<(), TransactionError>),
 }
 
 struct OpenTransaction {
@@ -93,21 +85,6 @@ impl Transactional {
     }
 }
 
-impl Transactional {
-    /// Returns once the commit under way is done (never without one).
-    /// Cancel-safe.
-    async fn commit_done(&mut self) {
-        match &mut self.commit {
-            Some(Commit::Running(task)) => {
-                let outcome = task.outcome().await;
-                self.commit = Some(Commit::Done(outcome));
-            }
-            Some(Commit::Done(_)) => {}
-            None => std::future::pending().await,
-        }
-    }
-}
-
 impl Delivery for Transactional {
     const TRANSACTIONAL: bool = true;
 
@@ -130,12 +107,10 @@ impl Delivery for Transactional {
             sink,
             control,
             open: None,
-            commit: None,
         })
     }
 
     fn send(&mut self, id: DeliveryId, record: &KafkaRecord) -> Result<(), SendError> {
-        debug_assert!(self.commit.is_none(), "a record sent while committing");
         if let Err(e) = self.begin() {
             return Err(SendError::Rejected {
                 code: rdkafka::types::RDKafkaErrorCode::Fatal,
@@ -183,7 +158,10 @@ impl Delivery for Transactional {
         self.open.as_ref().map(|o| (o.records, o.began))
     }
 
-    fn start_commit(&mut self, ledger: LedgerRecord) -> Result<(), TransactionError> {
+    async fn commit(
+        &mut self,
+        ledger: LedgerRecord,
+    ) -> Result<Vec<DeliveryReport>, TransactionError> {
         let no_headers: &[(&str, Option<&[u8]>)] = &[];
         self.begin()?;
         let sent = self.sink.send(
@@ -203,42 +181,12 @@ impl Delivery for Transactional {
         if let Some(open) = &mut self.open {
             open.owed += 1;
         }
-        self.commit = Some(Commit::Running(self.control.start_commit(CALL_TIMEOUT)));
-        Ok(())
-    }
-
-    fn committing(&self) -> bool {
-        self.commit.is_some()
-    }
-
-    /// Only the end of a commit: reports come with [`Delivery::finish_commit`].
-    async fn next_news(&mut self) -> News {
-        self.commit_done().await;
-        News::CommitDone
-    }
-
-    async fn finish_commit(&mut self) -> Result<Vec<DeliveryReport>, TransactionError> {
-        if self.commit.is_none() {
-            return Ok(Vec::new());
-        }
-        self.commit_done().await;
-        match self.commit.take() {
-            Some(Commit::Done(Ok(()))) => {
-                let owed = self.open.take().map_or(0, |o| o.owed);
-                Ok(self.collect(owed).await)
-            }
-            // The transaction stays open, for the abort.
-            Some(Commit::Done(Err(e))) => Err(e),
-            Some(Commit::Running(_)) | None => Ok(Vec::new()),
-        }
+        self.control.commit(CALL_TIMEOUT).await?;
+        let owed = self.open.take().map_or(0, |o| o.owed);
+        Ok(self.collect(owed).await)
     }
 
     async fn abort(&mut self) -> Vec<DeliveryReport> {
-        // A commit under way ends first (either way, what follows holds).
-        if self.commit.is_some() {
-            self.commit_done().await;
-            self.commit = None;
-        }
         let Some(open) = self.open.take() else {
             return Vec::new();
         };

@@ -492,16 +492,9 @@ impl<'p> Window<'p> {
     /// Whether to take more from the stream: under the in-flight limits, not
     /// halted, nothing waiting to be sent again.
     pub(super) fn may_read(&self) -> bool {
-        self.has_room() && self.resend.is_empty()
-    }
-
-    /// Whether there is room to read: under the in-flight limits and not
-    /// halted, whatever waits to be sent (exactly-once queues what it reads
-    /// while a commit is under way, behind what waits).
-    pub(super) fn has_room(&self) -> bool {
         let full = self.tracker.in_flight() >= self.limits.events
             || self.tracker.in_flight_bytes() as u64 >= self.limits.bytes;
-        !full && self.halted.is_none()
+        !full && self.halted.is_none() && self.resend.is_empty()
     }
 
     /// Whether records wait to be sent again (and may, not halted).
