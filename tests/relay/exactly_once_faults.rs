@@ -504,6 +504,14 @@ async fn failover_slot_and_promote_under_load_repeat_nothing() {
         caught_up(&standby, slot, &relay);
         verify_once(broker, &standby, &e, &sent, "PostgreSQL 17 failover", took);
     });
+    // The promoted standby's slot was behind what the relay had delivered:
+    // the ledger said what to skip.
+    let log = relay.log();
+    let resumed = log
+        .lines()
+        .find(|l| l.contains("timeline changed"))
+        .unwrap_or_else(|| panic!("no resume on the new timeline:\n{}", tail_lines(&log, 60)));
+    eprintln!("relay: {resumed}");
     assert!(
         relay.child.try_wait().unwrap().is_none(),
         "the relay exited:\n{}",
