@@ -132,6 +132,17 @@ fn caught_up(pg: &PgCluster, slot: &str, relay: &Relay) {
     }
 }
 
+/// What the relay's log says it went through: aborted Kafka transactions
+/// and resumed sessions.
+fn recoveries(relay: &Relay) -> String {
+    let log = relay.log();
+    format!(
+        "{} Kafka transactions aborted, {} sessions resumed",
+        log.matches("Kafka transaction aborted").count(),
+        log.matches("resuming from the slot").count()
+    )
+}
+
 /// Reads every topic of `sent` back `read_committed`; fails on a missing or
 /// reordered event, prints the figures, then fails on a duplicate.
 fn verify_once(
@@ -233,6 +244,7 @@ async fn postmaster_sigkill_twice_under_load_repeats_nothing() {
     let sent = load.finish().await;
     block_in_place(|| {
         caught_up(pg, slot, &relay);
+        eprintln!("relay: {}", recoveries(&relay));
         verify_once(broker, pg, &e, &sent, "postmaster SIGKILL x2", took);
     });
 }
@@ -260,17 +272,25 @@ async fn broker_sigstop_for_10_s_under_load_repeats_nothing() {
     let sent = load.finish().await;
     block_in_place(|| {
         caught_up(pg, slot, &relay);
+        eprintln!("relay: {}", recoveries(&relay));
         verify_once(&broker, pg, &e, &sent, "broker SIGSTOP 10 s", took);
     });
 }
 
 /// A dedicated broker SIGKILLed under four writers and started again 10 s
-/// later on the same data.
+/// later on the same data, with `message.timeout.ms` 5 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_sigkill_and_restart_under_load_repeats_nothing() {
     let mut broker = block_in_place(KafkaBroker::start);
     let slot = "eosbrokerkill";
-    let e = env(broker.bootstrap(), slot, &relay_config(""));
+    // Down longer than the message timeout: the records in flight fail, so
+    // the relay has to resume (at-least-once from the slot).
+    let timeout = "[kafka.properties]\n\"message.timeout.ms\" = \"5000\"\n";
+    let e = env(
+        broker.bootstrap(),
+        slot,
+        &format!("{}{timeout}", relay_config("")),
+    );
     let relay = Relay::start(&e);
     let pg = &e.pg;
     let load = Load::start(pg, slot, 4);
@@ -290,6 +310,7 @@ async fn broker_sigkill_and_restart_under_load_repeats_nothing() {
     let sent = load.finish().await;
     block_in_place(|| {
         caught_up(pg, slot, &relay);
+        eprintln!("relay: {}", recoveries(&relay));
         verify_once(&broker, pg, &e, &sent, "broker SIGKILL + restart", took);
     });
 }
@@ -352,6 +373,42 @@ async fn a_dead_letter_copy_is_visible_together_with_the_rest_of_its_transaction
     e.pg.psql("app", &format!("BEGIN;\n{}COMMIT;", small(30, 39)));
     let started = Instant::now();
     let relay = Relay::start(&e);
+    let poisoned = |got: &[u64]| {
+        let mut of_txn: Vec<u64> = got
+            .iter()
+            .copied()
+            .filter(|n| (10..30).contains(n))
+            .collect();
+        of_txn.dedup();
+        of_txn.len()
+    };
+    // Frozen as soon as a reader sees any of the poisoned transaction, the
+    // relay must have made all of it visible, the DLQ copy included.
+    let (of_txn, copies_then) = block_in_place(|| {
+        wait_for(
+            "a first event of the poisoned transaction",
+            Duration::from_secs(120),
+            || {
+                poisoned(&numbers(
+                    &broker.consume_to_end(data, Duration::from_secs(10)),
+                )) > 0
+            },
+        );
+        relay.signal("-STOP");
+        // The commit markers of a commit under way.
+        std::thread::sleep(Duration::from_secs(2));
+        let of_txn = poisoned(&numbers(
+            &broker.consume_to_end(data, Duration::from_secs(10)),
+        ));
+        let copies = broker.consume_to_end(dlq, Duration::from_secs(10)).len();
+        relay.signal("-CONT");
+        (of_txn, copies)
+    });
+    eprintln!("relay frozen at the first sight: {of_txn} of the transaction's 20 events and {copies_then} DLQ copies visible");
+    assert!(
+        of_txn == 20 && copies_then == 1,
+        "part of a database transaction visible: {of_txn} of its 20 events, {copies_then} DLQ copies"
+    );
     block_in_place(|| {
         wait_for(
             "every event and the DLQ copy",
@@ -502,6 +559,7 @@ async fn failover_slot_and_promote_under_load_repeat_nothing() {
     let sent = load.finish().await;
     block_in_place(|| {
         caught_up(&standby, slot, &relay);
+        eprintln!("relay: {}", recoveries(&relay));
         verify_once(broker, &standby, &e, &sent, "PostgreSQL 17 failover", took);
     });
     // The promoted standby's slot was behind what the relay had delivered:
