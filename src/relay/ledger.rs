@@ -159,18 +159,27 @@ impl RelayLedger {
             accept_gap: self.accept_gap,
         });
         // A failover slot synchronised to the promoted standby carries its
-        // position over the promotion: no gap. Resumed from the slot without
-        // skipping: the new timeline may reuse LSNs above the branch point.
+        // position over the promotion: no gap. The synchronised copy lags
+        // the relay, so what the ledger has below the branch point (the
+        // same WAL on both timelines) is skipped; above it the new timeline
+        // may reuse LSNs.
         let decision = match decision {
             StartDecision::Gap(gap)
                 if found.failover_slot
                     && matches!(gap.reason, GapReason::TimelineChanged { .. })
                     && matches!(found.slot, SlotState::Present { .. }) =>
             {
-                tracing::warn!(slot = %self.slot, reason = %gap.reason, resume = %gap.resume_lsn, "timeline changed; the failover slot was synchronised to this server, resuming from it");
+                let skip_through = ledger
+                    .filter(|l| l.identity() == identity)
+                    .zip(found.timeline_history.as_deref())
+                    .and_then(|(l, history)| {
+                        Some(l.confirmed_lsn.min(branch_point(history, l.timeline)?))
+                    })
+                    .filter(|&through| through > gap.resume_lsn);
+                tracing::warn!(slot = %self.slot, reason = %gap.reason, resume = %gap.resume_lsn, skip_through = ?skip_through, "timeline changed; the failover slot was synchronised to this server, resuming from it");
                 StartDecision::Resume {
                     from: gap.resume_lsn,
-                    skip_through: None,
+                    skip_through,
                 }
             }
             other => other,
@@ -359,5 +368,34 @@ async fn write_entries(
                 }
             }
         }
+    }
+}
+
+/// Where `timeline` ended, from a later timeline's history file (a line per
+/// ancestor: `parent<TAB>switchpoint<TAB>reason`): WAL below it is the same
+/// on both.
+fn branch_point(history: &str, timeline: u32) -> Option<Lsn> {
+    history.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let parent: u32 = fields.next()?.parse().ok()?;
+        let switchpoint: Lsn = fields.next()?.parse().ok()?;
+        (parent == timeline).then_some(switchpoint)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::branch_point;
+    use crate::Lsn;
+
+    #[test]
+    fn the_branch_point_of_each_ancestor_timeline() {
+        let history = "1\t0/3000060\tno recovery target specified\n\
+                       \n\
+                       2\t0/5A000A0\tno recovery target specified\n";
+        assert_eq!(branch_point(history, 1), Some(Lsn(0x300_0060)));
+        assert_eq!(branch_point(history, 2), Some(Lsn(0x5A0_00A0)));
+        assert_eq!(branch_point(history, 3), None, "the current timeline");
+        assert_eq!(branch_point("# a comment\nnot a line", 1), None);
     }
 }

@@ -145,6 +145,12 @@ impl TransactionControl {
         })
     }
 
+    /// Sends everything queued and waits for its reports, inside the open
+    /// transaction: a record sent between two flushes travels alone.
+    pub async fn flush(&self, timeout: Duration) -> Result<(), TransactionError> {
+        self.blocking(move |p| p.flush(timeout)).await
+    }
+
     /// Aborts the transaction: what it holds never becomes visible; queued
     /// records come back purged.
     pub async fn abort(&self, timeout: Duration) -> Result<(), TransactionError> {

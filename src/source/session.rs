@@ -166,6 +166,9 @@ pub(crate) struct Identified {
     /// The slot is a failover slot (PostgreSQL 17+): after a promotion it
     /// is the synchronised copy, so a new timeline is expected.
     pub(crate) failover_slot: bool,
+    /// This timeline's history (`TIMELINE_HISTORY`), read for a failover
+    /// slot on a timeline after the first: where the earlier ones branched.
+    pub(crate) timeline_history: Option<String>,
 }
 
 /// What the gate of [`SourceSession::open_gated`] lets the session do
@@ -252,14 +255,27 @@ impl SourceSession {
             .map_err(SourceError::from)?;
         let identity = conn.identify_system().await.map_err(SourceError::from)?;
         tracing::debug!(system_id = %identity.system_id, timeline = identity.timeline, xlogpos = %identity.xlogpos, "identified system");
+        let failover_slot = existing_slot
+            .as_ref()
+            .is_some_and(|i| i.failover == Some(true));
+        let timeline_history = if failover_slot && identity.timeline > 1 {
+            match conn.timeline_history(identity.timeline).await {
+                Ok(history) => Some(history),
+                Err(e) => {
+                    tracing::warn!(error = %e, timeline = identity.timeline, "cannot read the timeline history: events the position ledger has from before the promotion are relayed again");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let identified = Identified {
             system_id: identity.system_id.clone(),
             timeline: identity.timeline,
             xlogpos: identity.xlogpos,
             slot: slot_state,
-            failover_slot: existing_slot
-                .as_ref()
-                .is_some_and(|i| i.failover == Some(true)),
+            failover_slot,
+            timeline_history,
         };
         let plan = gate(&identified)?;
         // The publication first: the slot's changes are decoded with it.

@@ -9,6 +9,7 @@ mod consumer_inbox;
 mod dead_link;
 mod e2e;
 mod exactly_once;
+mod exactly_once_faults;
 mod faults;
 mod formats;
 mod ledger_acks;

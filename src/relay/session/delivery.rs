@@ -96,6 +96,13 @@ pub(super) trait Delivery: Sized {
         async { Vec::new() }
     }
 
+    /// Sends everything handed over and waits for its reports to be in
+    /// (exactly-once, where they still wait for the commit): a record sent
+    /// between two flushes is alone in its produce request.
+    fn flush(&mut self) -> impl Future<Output = Result<(), TransactionError>> + Send {
+        async { Ok(()) }
+    }
+
     /// Another producer with this one's transactional id fenced it.
     fn fenced(&self) -> Option<TransactionError> {
         None

@@ -161,7 +161,26 @@ impl<D: Delivery> Session<'_, D> {
     /// it, and waits for its report before going on. Acked, it is acquitted
     /// (it was a batch-mate of the real culprit); refused alone, it is
     /// poison for certain.
+    ///
+    /// Exactly-once: alone inside the open Kafka transaction, flushed before
+    /// and after, so that no batch-mate shares its produce request; its
+    /// verdict comes with the commit or the abort. Committing what is open
+    /// before it instead would split its database transaction: its first
+    /// events visible without the rest and without its dead-letter copy.
     async fn trial(&mut self, mut entry: InFlight) -> Result<Option<SessionEnd>, RelayError> {
+        if D::TRANSACTIONAL {
+            if let Err(e) = self.delivery.flush().await {
+                return self.transaction_failed(e).await;
+            }
+            Window::isolate(&mut entry);
+            if let Some(end) = self.deliver(entry).await? {
+                return Ok(Some(end));
+            }
+            return match self.delivery.flush().await {
+                Ok(()) => Ok(None),
+                Err(e) => self.transaction_failed(e).await,
+            };
+        }
         if let Some(end) = self.drain_reports(|w| w.with_producer() == 0).await? {
             return Ok(Some(end));
         }

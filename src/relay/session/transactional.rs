@@ -207,6 +207,13 @@ impl Delivery for Transactional {
         reports
     }
 
+    async fn flush(&mut self) -> Result<(), TransactionError> {
+        if self.open.is_none() {
+            return Ok(());
+        }
+        self.control.flush(CALL_TIMEOUT).await
+    }
+
     fn fenced(&self) -> Option<TransactionError> {
         self.sink.fenced().then(|| TransactionError::Fenced {
             transactional_id: self.control.transactional_id().to_owned(),

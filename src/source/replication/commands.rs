@@ -126,6 +126,22 @@ impl WalConnection {
         })
     }
 
+    /// The history file of `timeline` (`TIMELINE_HISTORY`, timelines after
+    /// the first): a line per ancestor, `parent<TAB>switchpoint<TAB>reason`.
+    pub(crate) async fn timeline_history(
+        &mut self,
+        timeline: u32,
+    ) -> Result<String, ReplicationError> {
+        let rows = self
+            .simple_query(&format!("TIMELINE_HISTORY {timeline}"))
+            .await?;
+        let content = rows.first().and_then(|r| r.get(1).cloned().flatten());
+        content.ok_or_else(|| {
+            self.framed
+                .protocol_err("TIMELINE_HISTORY returned no content")
+        })
+    }
+
     /// Starts streaming. The server resumes at max(`start_lsn`, the slot's
     /// confirmed_flush_lsn), so 0/0 means "where the slot is".
     pub(crate) async fn start_replication(

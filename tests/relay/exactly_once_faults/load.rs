@@ -1,0 +1,175 @@
+//! The load and the faults of the exactly-once fault tests: writers that
+//! go on until told to stop, a postmaster SIGKILL, waits on the slot.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{RwLock, RwLockWriteGuard};
+use tokio::task::{block_in_place, JoinHandle};
+
+use crate::harness::pg::PgCluster;
+use crate::relay::faults::tail_lines;
+use crate::relay::support::{aggregates, confirmed_lsn, lsn_now, wait_for, Relay, Sent};
+
+/// Writers that go on until told to stop, in transactions of mixed sizes,
+/// 100 events per connection. A fault that cuts a commit off leaves it in
+/// doubt, so a fault on the database waits for the chunks in progress
+/// ([`Load::hold`]); the relay still has their backlog to deliver.
+pub(super) struct Load {
+    stop: Arc<AtomicBool>,
+    pause: Arc<RwLock<()>>,
+    url: Arc<Mutex<String>>,
+    writers: Vec<JoinHandle<Vec<Sent>>>,
+    pub(super) started: Instant,
+}
+
+impl Load {
+    pub(super) fn start(pg: &PgCluster, prefix: &str, writers: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let pause = Arc::new(RwLock::new(()));
+        let url = Arc::new(Mutex::new(pg.url("postgres", Some("postgres"), "app")));
+        let aggs = aggregates(40);
+        let writers = (0..writers)
+            .map(|w| {
+                let (stop, pause, url) = (stop.clone(), pause.clone(), url.clone());
+                let (aggs, prefix) = (aggs.clone(), prefix.to_string());
+                tokio::spawn(async move {
+                    let sizes: &[usize] = if w % 2 == 0 {
+                        &[1, 10, 50]
+                    } else {
+                        &[20, 1, 5]
+                    };
+                    let mut sent = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let running = pause.read().await;
+                        let url = url.lock().unwrap().clone();
+                        let (mut client, conn) =
+                            tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                                .await
+                                .unwrap();
+                        let conn = tokio::spawn(conn);
+                        sent.extend(
+                            crate::relay::support::write(
+                                &mut client,
+                                &prefix,
+                                &aggs,
+                                100,
+                                sizes,
+                                0,
+                            )
+                            .await,
+                        );
+                        drop(client);
+                        let _ = conn.await;
+                        drop(running);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    sent
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            pause,
+            url,
+            writers,
+            started: Instant::now(),
+        }
+    }
+
+    /// Sleeps until `at` after the start.
+    pub(super) async fn until(&self, at: Duration) {
+        tokio::time::sleep(at.saturating_sub(self.started.elapsed())).await;
+    }
+
+    /// Waits for the chunks in progress and keeps the writers off the
+    /// database while the guard lives.
+    pub(super) async fn hold(&self) -> RwLockWriteGuard<'_, ()> {
+        self.pause.write().await
+    }
+
+    /// The writers' next connections go to `pg`.
+    pub(super) fn redirect(&self, pg: &PgCluster) {
+        *self.url.lock().unwrap() = pg.url("postgres", Some("postgres"), "app");
+    }
+
+    pub(super) fn writing(&self) -> usize {
+        self.writers.iter().filter(|w| !w.is_finished()).count()
+    }
+
+    pub(super) async fn finish(self) -> Vec<Sent> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut sent = Vec::new();
+        for w in self.writers {
+            sent.extend(w.await.unwrap());
+        }
+        sent
+    }
+}
+
+/// Waits until the relay confirmed `pg`'s slot to the end of its WAL.
+pub(super) fn caught_up(pg: &PgCluster, slot: &str, relay: &Relay) {
+    let end = lsn_now(pg);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while confirmed_lsn(pg, slot) < end {
+        assert!(
+            Instant::now() < deadline,
+            "the relay did not confirm {slot} to {end} in 120 s; its log:\n{}",
+            tail_lines(&relay.log(), 60)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// What the relay's log says it went through: aborted Kafka transactions
+/// and resumed sessions.
+pub(super) fn recoveries(relay: &Relay) -> String {
+    let log = relay.log();
+    format!(
+        "{} Kafka transactions aborted, {} sessions resumed",
+        log.matches("Kafka transaction aborted").count(),
+        log.matches("resuming from the slot").count()
+    )
+}
+
+/// SIGKILLs the postmaster, waits until its backends are gone, starts the
+/// server again (crash recovery).
+pub(super) fn kill_postmaster(pg: &PgCluster) {
+    let pid = std::fs::read_to_string(pg.data_dir().join("postmaster.pid")).unwrap();
+    let pid = pid.lines().next().unwrap().trim().to_owned();
+    let children = std::process::Command::new("pgrep")
+        .args(["-P", &pid])
+        .output()
+        .unwrap();
+    let children: Vec<String> = String::from_utf8_lossy(&children.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "kill -9 {pid}");
+    wait_for("the backends to exit", Duration::from_secs(30), || {
+        std::iter::once(&pid).chain(&children).all(|p| {
+            !std::process::Command::new("kill")
+                .args(["-0", p])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .unwrap()
+                .success()
+        })
+    });
+    pg.start_again();
+}
+
+/// Waits until the slot moved past where it is now.
+pub(super) async fn confirmations(pg: &PgCluster, slot: &str) {
+    let before = confirmed_lsn(pg, slot);
+    block_in_place(|| {
+        wait_for("confirmations", Duration::from_secs(120), || {
+            confirmed_lsn(pg, slot) > before
+        })
+    });
+}
