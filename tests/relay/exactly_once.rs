@@ -107,6 +107,36 @@ async fn every_event_once_in_commit_order_with_the_ledger_inside_the_transaction
     assert!(log.contains("Kafka transactions initialised"), "{log}");
 }
 
+/// A graceful stop under load commits what was read until the stream
+/// drained, exits 0, and the next start repeats nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_exits_zero_and_repeats_nothing() {
+    let broker = shared();
+    let slot = "eos_term";
+    let e = env(
+        broker.bootstrap(),
+        slot,
+        &format!("{EXACTLY_ONCE}shutdown_timeout = \"20s\"\n"),
+    );
+    let mut relay = Relay::start(&e);
+    let pg = &e.pg;
+    let start = confirmed_lsn(pg, slot);
+    let writers = spawn_writers(&e, slot, 80_000, 4);
+    tokio::task::block_in_place(|| {
+        wait_for("first confirmations", Duration::from_secs(120), || {
+            confirmed_lsn(pg, slot) > start
+        })
+    });
+    assert!(writers.iter().any(|w| !w.is_finished()), "under load");
+    relay.signal("-TERM");
+    let status = tokio::task::block_in_place(|| relay.wait(Duration::from_secs(25)));
+    let status = status.unwrap_or_else(|| panic!("no exit in time; log:\n{}", relay.log()));
+    assert!(status.success(), "exit {status:?}; log:\n{}", relay.log());
+    let _relay = Relay::start(&e);
+    let sent = join(writers).await;
+    verify_once(broker, &e, sent).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_twice_under_four_writers_repeats_nothing() {
     let broker = shared();
