@@ -444,31 +444,13 @@ impl KafkaBroker {
             .create()
             .expect("kafka consumer");
 
-        // The topic may not exist yet (the code under test creates it) or the broker may be
-        // paused/restarting: retry until the deadline, then return nothing.
-        let parts = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                eprintln!(
-                    "consume_all({topic}): no metadata from {} in {timeout:?}",
-                    self.bootstrap
-                );
-                return Vec::new();
-            }
-            if let Ok(md) = consumer.fetch_metadata(Some(topic), left.min(Duration::from_secs(5))) {
-                let t = md.topics().iter().find(|t| t.name() == topic);
-                if let Some(t) = t.filter(|t| t.error().is_none() && !t.partitions().is_empty()) {
-                    break t.partitions().iter().map(|p| p.id()).collect::<Vec<_>>();
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100).min(left));
+        let Some(_) = assign_from_start(&consumer, topic, deadline) else {
+            eprintln!(
+                "consume_all({topic}): no metadata from {} in {timeout:?}",
+                self.bootstrap
+            );
+            return Vec::new();
         };
-        let mut tpl = TopicPartitionList::new();
-        for p in parts {
-            tpl.add_partition_offset(topic, p, Offset::Beginning)
-                .unwrap();
-        }
-        consumer.assign(&tpl).expect("assign");
 
         let mut out = Vec::with_capacity(expected);
         let mut errors = 0u32;
@@ -518,25 +500,9 @@ impl KafkaBroker {
             .set("fetch.wait.max.ms", "100")
             .create()
             .expect("kafka consumer");
-        let parts = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Vec::new();
-            }
-            if let Ok(md) = consumer.fetch_metadata(Some(topic), left.min(Duration::from_secs(5))) {
-                let t = md.topics().iter().find(|t| t.name() == topic);
-                if let Some(t) = t.filter(|t| t.error().is_none() && !t.partitions().is_empty()) {
-                    break t.partitions().iter().map(|p| p.id()).collect::<Vec<_>>();
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100).min(left));
+        let Some(parts) = assign_from_start(&consumer, topic, deadline) else {
+            return Vec::new();
         };
-        let mut tpl = TopicPartitionList::new();
-        for &p in &parts {
-            tpl.add_partition_offset(topic, p, Offset::Beginning)
-                .unwrap();
-        }
-        consumer.assign(&tpl).expect("assign");
         let mut at_end: std::collections::HashSet<i32> = Default::default();
         let mut out = Vec::new();
         while at_end.len() < parts.len() && Instant::now() < deadline {
@@ -555,6 +521,33 @@ impl KafkaBroker {
         out.sort_by_key(|r| (r.partition, r.offset));
         out
     }
+}
+
+/// Assigns every partition of `topic` from its beginning and returns their
+/// ids; `None` without metadata by `deadline`. The topic may not exist yet
+/// (the code under test creates it) or the broker may be paused or
+/// restarting: asked again until then.
+fn assign_from_start(consumer: &BaseConsumer, topic: &str, deadline: Instant) -> Option<Vec<i32>> {
+    let parts = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        if let Ok(md) = consumer.fetch_metadata(Some(topic), left.min(Duration::from_secs(5))) {
+            let t = md.topics().iter().find(|t| t.name() == topic);
+            if let Some(t) = t.filter(|t| t.error().is_none() && !t.partitions().is_empty()) {
+                break t.partitions().iter().map(|p| p.id()).collect::<Vec<_>>();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100).min(left));
+    };
+    let mut tpl = TopicPartitionList::new();
+    for &p in &parts {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).expect("assign");
+    Some(parts)
 }
 
 fn to_record(m: &BorrowedMessage<'_>) -> Record {

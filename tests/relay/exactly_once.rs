@@ -247,21 +247,20 @@ async fn kill_9_inside_a_split_database_transaction_repeats_nothing() {
     }
 }
 
-/// The hot standby of an exactly-once relay shares its transactional id:
-/// taking over after a `kill -9` of the active fences it, within 5 s, and
-/// repeats nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_takes_over_a_killed_active_within_5s_and_repeats_nothing() {
-    let broker = shared();
-    let slot = "eos_standby";
-    let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
+/// An active relay and its standby (each with its metrics port; the
+/// standby's is returned), under 4 writers of 40,000 events, once the
+/// active confirmed a first position.
+fn active_and_standby_under_load(
+    e: &Env,
+    slot: &str,
+) -> (Relay, Relay, u16, Vec<tokio::task::JoinHandle<Vec<Sent>>>) {
     let (port_a, port_b) = (free_port(), free_port());
-    let mut active = start_on_port(&e, port_a);
+    let active = start_on_port(e, port_a);
     let ready = tokio::task::block_in_place(|| {
         readyz_until(port_a, Duration::from_secs(60), |s, _| s == 200)
     });
     assert_eq!(ready.map(|r| r.0), Some(200), "{}", active.log());
-    let standby = start_on_port(&e, port_b);
+    let standby = start_on_port(e, port_b);
     let waiting = tokio::task::block_in_place(|| {
         readyz_until(port_b, Duration::from_secs(30), |_, body| {
             body.starts_with("standby")
@@ -270,13 +269,25 @@ async fn a_standby_takes_over_a_killed_active_within_5s_and_repeats_nothing() {
     assert!(waiting.is_some_and(|(s, _)| s == 503), "{}", standby.log());
     let pg = &e.pg;
     let start = confirmed_lsn(pg, slot);
-    let writers = spawn_writers(&e, slot, 40_000, 4);
+    let writers = spawn_writers(e, slot, 40_000, 4);
     tokio::task::block_in_place(|| {
         wait_for("first confirmations", Duration::from_secs(120), || {
             confirmed_lsn(pg, slot) > start
         });
-        std::thread::sleep(Duration::from_secs(1));
     });
+    (active, standby, port_b, writers)
+}
+
+/// The hot standby of an exactly-once relay shares its transactional id:
+/// taking over after a `kill -9` of the active fences it, within 5 s, and
+/// repeats nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_a_killed_active_within_5s_and_repeats_nothing() {
+    let broker = shared();
+    let slot = "eos_standby";
+    let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
+    let (mut active, standby, port_b, writers) = active_and_standby_under_load(&e, slot);
+    tokio::task::block_in_place(|| std::thread::sleep(Duration::from_secs(1)));
     assert!(writers.iter().any(|w| !w.is_finished()), "under load");
     active.signal("-KILL");
     let killed = Instant::now();
@@ -306,26 +317,7 @@ async fn a_paused_active_woken_after_the_takeover_is_fenced_and_repeats_nothing(
     let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
     e.pg.psql("app", "ALTER SYSTEM SET wal_sender_timeout = '4s'");
     e.pg.psql("app", "SELECT pg_reload_conf()");
-    let (port_a, port_b) = (free_port(), free_port());
-    let mut zombie = start_on_port(&e, port_a);
-    let ready = tokio::task::block_in_place(|| {
-        readyz_until(port_a, Duration::from_secs(60), |s, _| s == 200)
-    });
-    assert_eq!(ready.map(|r| r.0), Some(200), "{}", zombie.log());
-    let standby = start_on_port(&e, port_b);
-    tokio::task::block_in_place(|| {
-        readyz_until(port_b, Duration::from_secs(30), |_, body| {
-            body.starts_with("standby")
-        })
-    });
-    let pg = &e.pg;
-    let start = confirmed_lsn(pg, slot);
-    let writers = spawn_writers(&e, slot, 40_000, 4);
-    tokio::task::block_in_place(|| {
-        wait_for("first confirmations", Duration::from_secs(120), || {
-            confirmed_lsn(pg, slot) > start
-        });
-    });
+    let (mut zombie, standby, port_b, writers) = active_and_standby_under_load(&e, slot);
     zombie.signal("-STOP");
     let took_over = tokio::task::block_in_place(|| {
         let over = readyz_until(port_b, Duration::from_secs(60), |s, _| s == 200);
