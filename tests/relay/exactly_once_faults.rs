@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::task::block_in_place;
 
 use super::faults::tail_lines;
+use super::support::kill_postmaster;
 use super::support::{
     confirmed_lsn, env, ledger_entries, lsn_now, payload_texts, use_ledger_topic, verify_reading,
     wait_for, Env, ReadBack, Relay, Sent,
@@ -20,7 +21,7 @@ use super::support::{
 use crate::harness::kafka::{shared, KafkaBroker, Record};
 use crate::harness::pg::{pg_install, PgCluster};
 use crate::harness::standby::{promote, start_standby, synchronize_standby_slot};
-use load::{caught_up, confirmations, kill_postmaster, recoveries, Load};
+use load::{caught_up, confirmations, recoveries, Load};
 
 /// The mode under test.
 const DELIVERY: &str = "exactly-once";

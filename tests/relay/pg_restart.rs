@@ -5,7 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::support::{aggregates, confirmed_lsn, env, payload_texts, verify, wait_for, Relay};
+use super::support::{
+    aggregates, confirmed_lsn, env, kill_postmaster, payload_texts, verify, wait_for, Relay,
+};
 use crate::harness::kafka::shared;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,37 +202,7 @@ async fn postmaster_sigkill_twice_under_load_repeats_about_one_interval() {
         tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
         // Wait for the writers' transactions in progress, then kill.
         let held = pause.write().await;
-        tokio::task::block_in_place(|| {
-            let pidfile = pg.data_dir().join("postmaster.pid");
-            let pid = std::fs::read_to_string(&pidfile).unwrap();
-            let pid = pid.lines().next().unwrap().trim().to_owned();
-            let children = std::process::Command::new("pgrep")
-                .args(["-P", &pid])
-                .output()
-                .unwrap();
-            let children: Vec<String> = String::from_utf8_lossy(&children.stdout)
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect();
-            let killed = std::process::Command::new("kill")
-                .args(["-9", &pid])
-                .status()
-                .unwrap();
-            assert!(killed.success(), "kill -9 {pid}");
-            // The backends notice the postmaster's death and exit; the
-            // shared memory must be free before the next start.
-            wait_for("the backends to exit", Duration::from_secs(30), || {
-                std::iter::once(&pid).chain(&children).all(|p| {
-                    !std::process::Command::new("kill")
-                        .args(["-0", p])
-                        .stderr(std::process::Stdio::null())
-                        .status()
-                        .unwrap()
-                        .success()
-                })
-            });
-            pg.start_again();
-        });
+        tokio::task::block_in_place(|| kill_postmaster(pg));
         drop(held);
     }
     tokio::time::sleep(run.saturating_sub(started.elapsed())).await;
