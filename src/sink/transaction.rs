@@ -148,7 +148,7 @@ impl TransactionControl {
     /// Sends everything queued and waits for its reports, inside the open
     /// transaction: a record sent between two flushes travels alone.
     pub async fn flush(&self, timeout: Duration) -> Result<(), TransactionError> {
-        self.blocking(move |p| p.flush(timeout)).await
+        self.blocking(move |p| flush_now(p, timeout)).await
     }
 
     /// Aborts the transaction: what it holds never becomes visible; queued
@@ -171,6 +171,25 @@ impl TransactionControl {
                 message: format!("the transaction call did not finish: {e}"),
             }),
         }
+    }
+}
+
+/// librdkafka's flush, called directly: rdkafka's `flush` polls the queue
+/// for up to 100 ms at a time on this thread beside librdkafka's polling
+/// thread (see [`commit_now`]); librdkafka's own, with delivery reports as
+/// events, waits on its message count.
+fn flush_now(
+    producer: &ThreadedProducer<DeliveryContext>,
+    timeout: Duration,
+) -> Result<(), KafkaError> {
+    let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: the handle is the live producer's, kept alive by `producer`
+    // for the whole call; rd_kafka_flush is thread-safe.
+    let err =
+        unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), timeout_ms) };
+    match RDKafkaErrorCode::from(err) {
+        RDKafkaErrorCode::NoError => Ok(()),
+        code => Err(KafkaError::Flush(code)),
     }
 }
 

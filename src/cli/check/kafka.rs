@@ -48,14 +48,23 @@ pub(crate) fn skipped(why: &str) -> Vec<Line> {
     ]
 }
 
-pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
-    let admin = match admin_client_config(&brokers, &cfg.kafka.properties)
+/// The admin client `check` asks the cluster with, or why there is none.
+pub(super) fn admin_client(
+    brokers: &str,
+    cfg: &Config,
+) -> Result<Arc<AdminClient<DefaultClientContext>>, String> {
+    admin_client_config(brokers, &cfg.kafka.properties)
         .map_err(|e| e.to_string())
         .and_then(|c| {
             c.create::<AdminClient<DefaultClientContext>>()
                 .map_err(|e| format!("cannot create the Kafka admin client: {e}"))
-        }) {
-        Ok(admin) => Arc::new(admin),
+        })
+        .map(Arc::new)
+}
+
+pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
+    let admin = match admin_client(&brokers, &cfg) {
+        Ok(admin) => admin,
         Err(e) => {
             let mut lines = skipped("no Kafka client (see kafka)");
             lines[0] = Line::fail("kafka", e);

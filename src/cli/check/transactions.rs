@@ -18,15 +18,12 @@
 
 mod cluster;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::admin::AdminClient;
-use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::config::Config;
-use crate::sink::{admin_client_config, producer_config, QueueBound};
+use crate::sink::{producer_config, QueueBound};
 
 use super::{Line, Verdict};
 
@@ -150,13 +147,8 @@ pub(crate) async fn check(
     cfg: Config,
     id: Result<TransactionalId, String>,
 ) -> Vec<Line> {
-    let admin = match admin_client_config(&brokers, &cfg.kafka.properties)
-        .map_err(|e| e.to_string())
-        .and_then(|c| {
-            c.create::<AdminClient<DefaultClientContext>>()
-                .map_err(|e| format!("cannot create the Kafka admin client: {e}"))
-        }) {
-        Ok(admin) => Arc::new(admin),
+    let admin = match super::kafka::admin_client(&brokers, &cfg) {
+        Ok(admin) => admin,
         Err(e) => {
             let mut lines = skipped("no Kafka client (see kafka)");
             lines[0] = Line::fail("transactions", e);
