@@ -289,6 +289,29 @@ impl RelayLedger {
         Ok(())
     }
 
+    /// Reads the entries again now, after this session initialised its
+    /// transactional id, and tells whether the entry that speaks for the
+    /// session moved since its gate read it. Initialising the id fences the
+    /// instance that had it, but that one may have committed one last
+    /// transaction between the gate's read and the fencing: its events are
+    /// in Kafka, and the session must start again from the entry it wrote.
+    pub(super) async fn moved_since_gate(
+        &mut self,
+        settings: &RelaySettings,
+        start: &Start,
+    ) -> Result<bool, RelayError> {
+        let Some(identity) = &start.identity else {
+            return Ok(false);
+        };
+        let topic = LedgerTopic::new(&settings.brokers, &settings.config.kafka)?;
+        let entries = topic.entries_for(&self.database, &self.slot).await?;
+        let moved = select_entry(&entries, identity) != start.previous.as_ref();
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = entries;
+        // The next session's gate starts from these, read after a fencing.
+        self.fresh = moved;
+        Ok(moved)
+    }
+
     /// A writer for the session `start` describes.
     pub(super) fn writer(&self, start: &Start, interval: Duration) -> Option<LedgerWriter> {
         let identity = start.identity.clone()?;

@@ -197,6 +197,16 @@ impl<'a, D: Delivery> Session<'a, D> {
             None => settings.source.slot.clone(),
         };
         let delivery = D::open(settings, &ledger_key).await?;
+        if D::TRANSACTIONAL && ledger.moved_since_gate(settings, &start).await? {
+            delivery.retire();
+            return Ok(SessionEnd::Reconnect(Reconnect {
+                cause: ReconnectCause::Kafka,
+                detail: "the position ledger moved while this instance took the transactional id \
+                         over (the instance it fenced committed a last transaction): starting \
+                         again from it"
+                    .into(),
+            }));
+        }
         let topics = TopicManager::new(&settings.brokers, &settings.config.kafka)?;
         telemetry.emit(TelemetryEvent::Started);
         let relay = &settings.config.relay;
