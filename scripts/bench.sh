@@ -65,6 +65,7 @@
 #   BENCH_FLOOR_RATE=1000       rate of the latency phase (scripts/lib/floor.sh):
 #                               outboxd beside its floor, the producer alone ("" skips it)
 #   BENCH_FLOOR_SHAPES="1 10"   rows per transaction in the latency phase
+#   BENCH_FLOOR_WARMUP_S=5      seconds of an unmeasured pass of each relay before it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

@@ -17,6 +17,7 @@
 # stop_relay, put) and scripts/lib/ab.sh's $ab_base_bin and outboxd_toml.
 
 floor_shapes=${BENCH_FLOOR_SHAPES:-1 10}
+floor_warmup_s=${BENCH_FLOOR_WARMUP_S:-5}
 
 # A relay on a slot made now (so it sees only what follows), caught up.
 floor_start_outboxd() { # binary db slot run who
@@ -36,6 +37,24 @@ floor_start_outboxd() { # binary db slot run who
   sleep 1
 }
 
+# One relay's pass: COUNT events at RATE in TXN-row transactions, timed by
+# the consumer as RUN.
+floor_relay_pass() { # head|base db txn count rate run
+  local who=$1 db=$2 txn=$3 count=$4 rate=$5 run=$6 binary=$bin/outboxd
+  local per=$((txn * clients)) n
+  n=$(((count + per - 1) / per * per))
+  if [[ $who == base ]]; then
+    [[ -n $ab_base_bin ]] || return 0
+    binary=$ab_base_bin
+  fi
+  floor_start_outboxd "$binary" "$db" "lat_$who" "$run" "$who"
+  start_consumer lat "$run" "$n"
+  write_events lat "$db" "$run" "$txn" "$count" "$rate"
+  wait_consumer lat "$run"
+  stop_relay "$run"
+  servers_psql "$db" -c "SELECT pg_drop_replication_slot('lat_$who')" >/dev/null
+}
+
 floor_phase() { # rate
   local rate=$1 db=bench_lat txn count
   count=$((rate * steady_s))
@@ -46,24 +65,23 @@ floor_phase() { # rate
     -f migrations/003_publication.sql >/dev/null
   put "lat.rate" "$rate"
   put "lat.shapes" "${floor_shapes// /,}"
+  # One unmeasured pass of each relay first: the first system measured on
+  # a fresh broker otherwise pays for its JIT (and, exactly-once, for the
+  # transaction coordinator's first transactions), which made the head's
+  # figures up to 16 x the same binary's a minute later. The order then
+  # alternates shape by shape.
+  local warm_txn=${floor_shapes%% *} order="head base" who
+  for who in head base; do
+    floor_relay_pass "$who" "$db" "$warm_txn" "$((rate * floor_warmup_s))" "$rate" lat-warm-$who-$warm_txn
+  done
   for txn in $floor_shapes; do
+    for who in $order; do
+      floor_relay_pass "$who" "$db" "$txn" "$count" "$rate" lat-$who-$txn
+    done
+    [[ $order == "head base" ]] && order="base head" || order="head base"
+
     local per=$((txn * clients)) n
     n=$(((count + per - 1) / per * per))
-    local who
-    for who in head base; do
-      local binary=$bin/outboxd
-      if [[ $who == base ]]; then
-        [[ -n $ab_base_bin ]] || continue
-        binary=$ab_base_bin
-      fi
-      local run=lat-$who-$txn
-      floor_start_outboxd "$binary" "$db" "lat_$who" "$run" "$who"
-      start_consumer lat "$run" "$n"
-      write_events lat "$db" "$run" "$txn" "$count" "$rate"
-      wait_consumer lat "$run"
-      stop_relay "$run"
-      servers_psql "$db" -c "SELECT pg_drop_replication_slot('lat_$who')" >/dev/null
-    done
 
     local run=lat-floor-$txn
     start_consumer lat "$run" "$n" "$run"
