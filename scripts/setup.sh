@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine lacks to build and test outboxd:
 # C toolchain pieces for librdkafka (rdkafka-sys builds it from source;
-# libsasl2-dev only with OUTBOXD_FEATURES=gssapi, for `--features gssapi`),
+# libsasl2-dev only with OUTBOXD_FEATURES=gssapi, for `--features gssapi`;
+# libcurl's headers only with OUTBOXD_FEATURES=system-curl, for baselines),
 # PostgreSQL 15 server and client, Java 17 and Maven for the Kafka broker,
 # Prometheus (its server and promtool check the dashboards and alert rules in
 # docker/), python3-venv for the test clients' venvs (scripts/python.sh,
@@ -18,6 +19,8 @@ packages=(build-essential cmake pkg-config libssl-dev zlib1g-dev libzstd-dev
   postgresql-15 postgresql-client-15 openssl openjdk-17-jre-headless maven python3 python3-venv curl prometheus
   podman runc mmdebstrap)
 if [[ ,${OUTBOXD_FEATURES:-}, == *,gssapi,* ]]; then packages+=(libsasl2-dev); fi
+# Revisions built before rdkafka's curl-static feature (bench baselines).
+if [[ ,${OUTBOXD_FEATURES:-}, == *,system-curl,* ]]; then packages+=(libcurl4-openssl-dev); fi
 # apt-get that waits (up to 10 minutes) for another apt or dpkg, such as
 # unattended-upgrades on a fresh machine, instead of failing on its lock.
 # DPkg::Lock::Timeout covers the dpkg lock; `update` takes the lists lock,

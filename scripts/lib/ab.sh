@@ -64,8 +64,9 @@ ab_build_baseline() { # rev
     log "baseline $rev: already built"
     return
   fi
-  # Revisions before GSSAPI became an opt-in feature need the SASL headers.
-  OUTBOXD_FEATURES=gssapi scripts/setup.sh >/dev/null
+  # Revisions before GSSAPI became an opt-in feature need the SASL headers,
+  # and those before curl-static libcurl's.
+  OUTBOXD_FEATURES=gssapi,system-curl scripts/setup.sh >/dev/null
   log "building the baseline $rev (release) in $dir"
   rm -rf "$dir/src"
   mkdir -p "$dir/src"
