@@ -146,9 +146,8 @@ impl Delivery for Transactional {
                 return Err(e);
             }
         };
-        // Both before the session streams: each fences the instance that
-        // held it, whichever of the two that one was using (the session then
-        // reads the ledger again, `RelayLedger::moved_since_gate`).
+        // Both before the session reads anything: each fences the instance
+        // that held it, whichever of the two that one was using.
         let (a, b) = tokio::join!(
             first.control.init(CALL_TIMEOUT),
             second.control.init(CALL_TIMEOUT)
