@@ -8,15 +8,6 @@
 //! identifier>/<database>/<slot>`, or `kafka.transactional_id`: the hot
 //! standby of a slot has the same one, so initialising it when it takes over
 //! fences the instance it replaces, and aborts what that one left open.
-//!
-//! Two producers take turns, with that id and with `<id>.1`: transactions
-//! still commit one after the other, but the next one is never on the id
-//! whose commit just returned. The coordinator answers a commit once it has
-//! logged it and writes the markers afterwards; until then it refuses to
-//! add a partition to that id's next transaction (`CONCURRENT_TRANSACTIONS`),
-//! and librdkafka asks again only 20 ms later. With one producer a record
-//! that followed a commit closely waited those 20 ms and more: p99 latency
-//! at 1,000 events/s was 4.3 × at-least-once's.
 
 use std::future::Future;
 use std::time::Duration;
@@ -46,33 +37,10 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const REPORTS_WAIT: Duration = Duration::from_secs(10);
 
 pub(super) struct Transactional {
-    /// The producers that take turns (see the module documentation).
-    turns: [Turn; 2],
-    /// The one whose turn it is: the open transaction's, or the next one's.
-    current: usize,
-    /// The open Kafka transaction, if any.
-    open: Option<OpenTransaction>,
-}
-
-struct Turn {
     sink: KafkaSink,
     control: TransactionControl,
-}
-
-impl Turn {
-    fn retire(self) {
-        retire(self.sink);
-    }
-}
-
-/// The transactional id of turn `n`: the configured or derived id itself
-/// for the first, so a relay of the previous release that still holds it is
-/// fenced, and `<id>.<n>` for the other.
-fn turn_id(id: &str, n: usize) -> String {
-    match n {
-        0 => id.to_owned(),
-        n => format!("{id}.{n}"),
-    }
+    /// The open Kafka transaction, if any.
+    open: Option<OpenTransaction>,
 }
 
 struct OpenTransaction {
@@ -84,14 +52,10 @@ struct OpenTransaction {
 }
 
 impl Transactional {
-    fn turn(&self) -> &Turn {
-        &self.turns[self.current]
-    }
-
     /// Begins a transaction unless one is open.
     fn begin(&mut self) -> Result<&mut OpenTransaction, TransactionError> {
         if self.open.is_none() {
-            self.turns[self.current].control.begin()?;
+            self.control.begin()?;
         }
         Ok(self.open.get_or_insert_with(|| OpenTransaction {
             records: 0,
@@ -105,11 +69,10 @@ impl Transactional {
     async fn collect(&mut self, owed: usize) -> Vec<DeliveryReport> {
         let mut reports = Vec::with_capacity(owed);
         let deadline = Instant::now() + REPORTS_WAIT;
-        let sink = &mut self.turns[self.current].sink;
         for _ in 0..owed {
-            let report = match sink.try_report() {
+            let report = match self.sink.try_report() {
                 Some(r) => r,
-                None => match tokio::time::timeout_at(deadline, sink.next_report()).await {
+                None => match tokio::time::timeout_at(deadline, self.sink.next_report()).await {
                     Ok(Some(r)) => r,
                     _ => break,
                 },
@@ -133,34 +96,16 @@ impl Delivery for Transactional {
             Some(id) => id.clone(),
             None => kafka.default_transactional_id(ledger_key),
         };
-        let make = |n| -> Result<Turn, RelayError> {
-            let (sink, control) = producer(settings, Some(&turn_id(&id, n)))?;
-            let control = control.expect("a transactional id gives a transaction control");
-            Ok(Turn { sink, control })
-        };
-        let first = make(0)?;
-        let second = match make(1) {
-            Ok(t) => t,
-            Err(e) => {
-                first.retire();
-                return Err(e);
-            }
-        };
-        // Both before the session reads anything: each fences the instance
-        // that held it, whichever of the two that one was using.
-        let (a, b) = tokio::join!(
-            first.control.init(CALL_TIMEOUT),
-            second.control.init(CALL_TIMEOUT)
-        );
-        if let Err(e) = a.and(b) {
-            first.retire();
-            second.retire();
+        let (sink, control) = producer(settings, Some(&id))?;
+        let control = control.expect("a transactional id gives a transaction control");
+        if let Err(e) = control.init(CALL_TIMEOUT).await {
+            retire(sink);
             return Err(RelayError::Transaction(e));
         }
-        tracing::info!(transactional_id = %id, second = %turn_id(&id, 1), "Kafka transactions initialised (relay.delivery = \"exactly-once\")");
+        tracing::info!(transactional_id = %id, "Kafka transactions initialised (relay.delivery = \"exactly-once\")");
         Ok(Transactional {
-            turns: [first, second],
-            current: 0,
+            sink,
+            control,
             open: None,
         })
     }
@@ -173,7 +118,7 @@ impl Delivery for Transactional {
                 message: e.to_string(),
             });
         }
-        self.turn().sink.send_record(id.get(), record)?;
+        self.sink.send_record(id.get(), record)?;
         if let Some(open) = &mut self.open {
             open.records += 1;
             open.owed += 1;
@@ -198,17 +143,15 @@ impl Delivery for Transactional {
     }
 
     fn purge_queued(&self) {
-        self.turn().sink.purge_queued();
+        self.sink.purge_queued();
     }
 
     fn purge(&self) {
-        self.turn().sink.purge();
+        self.sink.purge();
     }
 
     fn retire(self) {
-        let [first, second] = self.turns;
-        first.retire();
-        second.retire();
+        retire(self.sink);
     }
 
     fn open_transaction(&self) -> Option<(usize, Instant)> {
@@ -221,7 +164,7 @@ impl Delivery for Transactional {
     ) -> Result<Vec<DeliveryReport>, TransactionError> {
         let no_headers: &[(&str, Option<&[u8]>)] = &[];
         self.begin()?;
-        let sent = self.turn().sink.send(
+        let sent = self.sink.send(
             LEDGER_RECORD_ID,
             &ledger.topic,
             Some(ledger.key.as_bytes()),
@@ -238,18 +181,16 @@ impl Delivery for Transactional {
         if let Some(open) = &mut self.open {
             open.owed += 1;
         }
-        self.turn().control.commit(CALL_TIMEOUT).await?;
+        self.control.commit(CALL_TIMEOUT).await?;
         let owed = self.open.take().map_or(0, |o| o.owed);
-        let reports = self.collect(owed).await;
-        self.current = (self.current + 1) % self.turns.len();
-        Ok(reports)
+        Ok(self.collect(owed).await)
     }
 
     async fn abort(&mut self) -> Vec<DeliveryReport> {
         let Some(open) = self.open.take() else {
             return Vec::new();
         };
-        if let Err(e) = self.turn().control.abort(CALL_TIMEOUT).await {
+        if let Err(e) = self.control.abort(CALL_TIMEOUT).await {
             tracing::warn!(error = %e, "cannot abort the Kafka transaction; the next producer with this transactional id aborts it, or its timeout does");
         }
         let aborted = DeliveryFailure {
@@ -270,14 +211,13 @@ impl Delivery for Transactional {
         if self.open.is_none() {
             return Ok(());
         }
-        self.turn().control.flush(CALL_TIMEOUT).await
+        self.control.flush(CALL_TIMEOUT).await
     }
 
     fn fenced(&self) -> Option<TransactionError> {
-        let turn = self.turns.iter().find(|t| t.sink.fenced())?;
-        Some(TransactionError::Fenced {
-            transactional_id: turn.control.transactional_id().to_owned(),
-            message: turn.sink.is_fatal().unwrap_or_default(),
+        self.sink.fenced().then(|| TransactionError::Fenced {
+            transactional_id: self.control.transactional_id().to_owned(),
+            message: self.sink.is_fatal().unwrap_or_default(),
         })
     }
 }
