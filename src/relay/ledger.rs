@@ -283,10 +283,15 @@ impl RelayLedger {
         if std::mem::replace(&mut self.fresh, false) {
             return Ok(());
         }
-        let topic = LedgerTopic::new(&settings.brokers, &settings.config.kafka)?;
-        let entries = topic.entries_for(&self.database, &self.slot).await?;
+        let entries = self.read_entries(settings).await?;
         *self.known.lock().unwrap_or_else(|e| e.into_inner()) = entries;
         Ok(())
+    }
+
+    /// This database's and slot's entries, read from the topic now.
+    async fn read_entries(&self, settings: &RelaySettings) -> Result<Vec<LedgerEntry>, RelayError> {
+        let topic = LedgerTopic::new(&settings.brokers, &settings.config.kafka)?;
+        Ok(topic.entries_for(&self.database, &self.slot).await?)
     }
 
     /// Reads the entries again now, after this session initialised its
@@ -303,8 +308,7 @@ impl RelayLedger {
         let Some(identity) = &start.identity else {
             return Ok(false);
         };
-        let topic = LedgerTopic::new(&settings.brokers, &settings.config.kafka)?;
-        let entries = topic.entries_for(&self.database, &self.slot).await?;
+        let entries = self.read_entries(settings).await?;
         let moved = select_entry(&entries, identity) != start.previous.as_ref();
         *self.known.lock().unwrap_or_else(|e| e.into_inner()) = entries;
         // The next session's gate starts from these, read after a fencing.
