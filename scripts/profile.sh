@@ -17,7 +17,9 @@
 # Environment: PROFILE_DIR (default target/profile, wiped), PROFILE_ROUNDS (measured
 # drains, default 1; perf records the last), PROFILE_PERF=0 to
 # skip perf, BENCH_SKIP_BUILD=1 to use target/release as it is, OUTBOXD_TOML
-# extra lines for outboxd's [kafka.properties] (e.g. 'compression.type = "none"').
+# extra lines for outboxd's [kafka.properties] (e.g. 'compression.type = "none"'),
+# PROFILE_BIN another outboxd binary to profile (e.g. a baseline built by
+# scripts/bench.sh --baseline, under target/baseline/<rev>/target/release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -32,6 +34,7 @@ if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
   cargo build --release --bin outboxd --example bench_consume
 fi
 bin=${CARGO_TARGET_DIR:-$root/target}/release
+relay_bin=${PROFILE_BIN:-$bin/outboxd}
 rm -rf "$out"
 mkdir -p "$out"
 # shellcheck source=scripts/lib/servers.sh
@@ -91,7 +94,7 @@ drain() { # atype count report
   broker0=$(ticks "$KAFKA_PID")
   started=$(date +%s%3N)
   echo "== outboxd started at $(date -u +%H:%M:%S.%N)" >>"$out/relay.log"
-  "$bin/outboxd" run --config "$out/outboxd.toml" 2>>"$out/relay.log" &
+  "$relay_bin" run --config "$out/outboxd.toml" 2>>"$out/relay.log" &
   relay=$!
   pids+=("$relay")
   if [[ -n $report && ${PROFILE_PERF:-1} != 0 ]] && command -v perf >/dev/null; then
@@ -174,7 +177,7 @@ if [[ -n ${PROFILE_RATE:-} ]]; then
   consumer=$!
   pids+=("$consumer")
   until [[ -e $out/ready ]]; do sleep 0.1; done
-  "$bin/outboxd" run --config "$out/outboxd.toml" 2>>"$out/relay.log" &
+  "$relay_bin" run --config "$out/outboxd.toml" 2>>"$out/relay.log" &
   relay=$!
   pids+=("$relay")
   sleep 2
