@@ -13,11 +13,11 @@ use super::support::{
 use crate::harness::http::free_port;
 use crate::harness::kafka::shared;
 
-const EXACTLY_ONCE: &str = "[relay]\ndelivery = \"exactly-once\"\n";
+pub(super) const EXACTLY_ONCE: &str = "[relay]\ndelivery = \"exactly-once\"\n";
 
 /// Starts `n` events from `writers` writers in the background, in
 /// transactions of mixed sizes.
-fn spawn_writers(
+pub(super) fn spawn_writers(
     e: &Env,
     prefix: &str,
     n: usize,
@@ -49,7 +49,7 @@ fn spawn_writers(
 
 /// Reads every topic back `read_committed` and fails on a missing,
 /// duplicated or reordered event.
-async fn verify_once(
+pub(super) async fn verify_once(
     broker: &'static crate::harness::kafka::KafkaBroker,
     e: &Env,
     sent: Vec<Sent>,

@@ -10,6 +10,7 @@ mod dead_link;
 mod e2e;
 mod exactly_once;
 mod exactly_once_faults;
+mod exactly_once_ops;
 mod faults;
 mod formats;
 mod ledger_acks;

@@ -18,7 +18,7 @@ use outboxd::cli::backfill::BACKFILL_HEADER;
 
 use super::support::{
     aggregates, confirmed_lsn, env, ledger_entries, lsn_now, payload_texts, use_ledger_topic,
-    verify_checking, wait_for, Relay,
+    verify_checking, verify_reading, wait_for, Env, ReadBack, Relay, Sent, Verdict,
 };
 use crate::harness::kafka::{shared, KafkaBroker};
 use crate::harness::outboxd::bin;
@@ -26,17 +26,33 @@ use crate::harness::standby::{promote, start_standby};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_recovers() {
+    slot_dropped_under_the_relay("slotloss", "", ReadBack::Count).await;
+}
+
+/// What [`slot_dropped_under_the_relay`] leaves: its cluster, every event
+/// committed, and what the read-back found.
+pub(super) type SlotDropped = (Env, Vec<Sent>, Verdict);
+
+/// The slot `slot` dropped under a relay configured with `extra`, then the
+/// way back the relay names (backfill, `--accept-gap`); every committed
+/// event is read back as `read` says, duplicates allowed (the backfill's
+/// window overlaps what was relayed).
+pub(super) async fn slot_dropped_under_the_relay(
+    slot: &str,
+    extra: &str,
+    read: ReadBack,
+) -> SlotDropped {
     let broker = shared();
-    let e = env(broker.bootstrap(), "slotloss", "");
+    let e = env(broker.bootstrap(), slot, extra);
     let pg = &e.pg;
     let aggs = aggregates(10);
     let mut relay = Relay::start(&e);
-    let start = confirmed_lsn(pg, "slotloss");
+    let start = confirmed_lsn(pg, slot);
     let mut client = pg.client("app").await;
-    let mut sent = super::support::write(&mut client, "slotloss", &aggs, 500, &[1, 10], 0).await;
+    let mut sent = super::support::write(&mut client, slot, &aggs, 500, &[1, 10], 0).await;
     tokio::task::block_in_place(|| {
         wait_for("a first confirmation", Duration::from_secs(60), || {
-            confirmed_lsn(pg, "slotloss") > start
+            confirmed_lsn(pg, slot) > start
         })
     });
 
@@ -44,12 +60,13 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
     let writer = {
         let pg_url = pg.url("postgres", Some("postgres"), "app");
         let aggs = aggs.clone();
+        let slot = slot.to_owned();
         tokio::spawn(async move {
             let (mut client, conn) = tokio_postgres::connect(&pg_url, tokio_postgres::NoTls)
                 .await
                 .unwrap();
             tokio::spawn(conn);
-            super::support::write(&mut client, "slotloss", &aggs, 1_500, &[1, 5, 20], 0).await
+            super::support::write(&mut client, &slot, &aggs, 1_500, &[1, 5, 20], 0).await
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -59,15 +76,19 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
         loop {
             let out = pg.psql(
                 "app",
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
-                   WHERE slot_name = 'slotloss' AND active_pid IS NOT NULL; \
-                 SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots \
-                   WHERE slot_name = 'slotloss' AND NOT active",
+                &format!(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                       WHERE slot_name = '{slot}' AND active_pid IS NOT NULL; \
+                     SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots \
+                       WHERE slot_name = '{slot}' AND NOT active"
+                ),
             );
             if pg
                 .psql(
                     "app",
-                    "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'slotloss'",
+                    &format!(
+                        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}'"
+                    ),
                 )
                 .trim()
                 == "0"
@@ -85,7 +106,7 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
     let status = status.unwrap_or_else(|| panic!("the relay kept running; its log:\n{log}"));
     assert!(!status.success(), "exit {status:?}; log:\n{log}");
     for needle in [
-        "\"slotloss\" disappeared",
+        format!("\"{slot}\" disappeared").as_str(),
         "outboxd backfill --since",
         "created none",
     ] {
@@ -100,7 +121,7 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
     );
     let slots = pg.psql(
         "app",
-        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'slotloss'",
+        &format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}'"),
     );
     assert_eq!(slots.trim(), "0", "a new slot was created");
 
@@ -113,7 +134,7 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
         status.unwrap_or_else(|| panic!("the restart kept running; its log:\n{again_log}"));
     assert!(!status.success(), "exit {status:?}; log:\n{again_log}");
     for needle in [
-        "replication slot \"slotloss\": the slot does not exist",
+        format!("replication slot \"{slot}\": the slot does not exist").as_str(),
         "The ledger (kafka.ledger_topic) has every event relayed up to",
         "outboxd backfill --since",
         "outboxd run --accept-gap",
@@ -125,7 +146,7 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
     }
     let slots = pg.psql(
         "app",
-        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'slotloss'",
+        &format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}'"),
     );
     assert_eq!(
         slots.trim(),
@@ -164,14 +185,16 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
         wait_for("the new slot to stream", Duration::from_secs(60), || {
             pg.psql(
                 "app",
-                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'slotloss' AND active",
+                &format!(
+                    "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}' AND active"
+                ),
             )
             .trim()
                 == "1"
         })
     });
     let mut client = pg.client("app").await;
-    sent.extend(super::support::write(&mut client, "slotloss", &aggs, 100, &[1, 10], 0).await);
+    sent.extend(super::support::write(&mut client, slot, &aggs, 100, &[1, 10], 0).await);
     let accepted_log = accepted.log();
     assert!(
         accepted_log.contains("accepting a gap (--accept-gap)"),
@@ -182,13 +205,14 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
     let v = tokio::task::block_in_place(|| {
         // The gap's events come from the backfill alone, in (created_at,
         // ctid) order: commit order for this one sequential writer.
-        verify_checking(
+        verify_reading(
             broker,
             &sent,
             &texts,
             Duration::from_secs(120),
             true,
             true,
+            read,
             &logs,
         )
     });
@@ -199,6 +223,8 @@ async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_rec
         v.duplicates,
         String::from_utf8_lossy(&out.stdout).trim()
     );
+    drop(accepted);
+    (e, sent, v)
 }
 
 /// Issue 8: a failover to a promoted PostgreSQL standby that has no copy of

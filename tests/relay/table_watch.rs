@@ -6,8 +6,11 @@
 
 use std::time::Duration;
 
+use outboxd::Lsn;
+
 use super::support::{
-    aggregates, confirmed_lsn, env, lsn_now, payload_texts, verify, wait_for, write, Env, Relay,
+    aggregates, confirmed_lsn, env, lsn_now, payload_texts, use_ledger_topic, verify,
+    verify_reading, wait_for, write, Env, ReadBack, Relay,
 };
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::shared;
@@ -15,23 +18,56 @@ use crate::harness::kafka::shared;
 /// How many events go to the changed table.
 const LOST: usize = 20;
 
-struct Halted {
+/// The outbox table dropped and created again, as a migration might.
+pub(super) const RECREATE_OUTBOX: &str = "DROP TABLE outbox; \
+     CREATE TABLE outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), \
+       aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL, \
+       payload jsonb NOT NULL, headers jsonb, created_at timestamptz NOT NULL DEFAULT now())";
+
+pub(super) struct Halted {
     /// Keeps the cluster up.
     _e: Env,
-    relay: Relay,
+    pub(super) relay: Relay,
     port: u16,
+    /// The WAL position right after the change.
+    pub(super) changed_at: Lsn,
+}
+
+/// How the relay under test runs: extra configuration, the ledger topic
+/// (when the test reads it back) and how its topics are read back.
+pub(super) struct RelayMode<'a> {
+    pub(super) extra: &'a str,
+    pub(super) ledger_topic: Option<&'a str>,
+    pub(super) read: ReadBack,
+}
+
+const AT_LEAST_ONCE: RelayMode<'static> = RelayMode {
+    extra: "",
+    ledger_topic: None,
+    read: ReadBack::Count,
+};
+
+async fn change_under_the_relay(slot: &str, change: &str) -> Halted {
+    change_under_the_relay_in(slot, &AT_LEAST_ONCE, change).await
 }
 
 /// Starts a relay, relays a first batch, runs `change`, writes [`LOST`]
 /// events through the changed table, then checks the relay halted and the
 /// slot stayed before them.
-async fn change_under_the_relay(slot: &str, change: &str) -> Halted {
+pub(super) async fn change_under_the_relay_in(
+    slot: &str,
+    mode: &RelayMode<'_>,
+    change: &str,
+) -> Halted {
     let port = free_port();
     let e = env(
         shared().bootstrap(),
         slot,
-        &format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+        &format!("{}[metrics]\nlisten = \"127.0.0.1:{port}\"\n", mode.extra),
     );
+    if let Some(topic) = mode.ledger_topic {
+        use_ledger_topic(&e, topic);
+    }
     let relay = Relay::start(&e);
     let aggs = aggregates(4);
     let mut client = e.pg.client("app").await;
@@ -47,12 +83,14 @@ async fn change_under_the_relay(slot: &str, change: &str) -> Halted {
     let texts = payload_texts(pg);
     let logs = e.dir.path().to_path_buf();
     tokio::task::block_in_place(|| {
-        verify(
+        verify_reading(
             shared(),
             &sent,
             &texts,
             Duration::from_secs(60),
             false,
+            true,
+            mode.read,
             &logs,
         )
     });
@@ -79,7 +117,12 @@ async fn change_under_the_relay(slot: &str, change: &str) -> Halted {
          past the change at {changed_at} (writes ended at {written}); log:\n{}",
         relay.log()
     );
-    Halted { _e: e, relay, port }
+    Halted {
+        _e: e,
+        relay,
+        port,
+        changed_at,
+    }
 }
 
 fn readyz(port: u16) -> (u16, String) {
@@ -88,7 +131,7 @@ fn readyz(port: u16) -> (u16, String) {
 
 /// The halt is visible where operators look, naming the change (one of
 /// `changes`) and the recovery.
-fn assert_halted(h: &Halted, changes: &[&str], needles: &[&str]) {
+pub(super) fn assert_halted(h: &Halted, changes: &[&str], needles: &[&str]) {
     let (status, reason) = readyz(h.port);
     assert_eq!(status, 503, "{reason}\nlog:\n{}", h.relay.log());
     eprintln!("/readyz: {reason}");
@@ -108,14 +151,7 @@ fn assert_halted(h: &Halted, changes: &[&str], needles: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_and_recreated_table_halts_before_its_events() {
-    let h = change_under_the_relay(
-        "recreated",
-        "DROP TABLE outbox; \
-         CREATE TABLE outbox (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), \
-           aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL, \
-           payload jsonb NOT NULL, headers jsonb, created_at timestamptz NOT NULL DEFAULT now())",
-    )
-    .await;
+    let h = change_under_the_relay("recreated", RECREATE_OUTBOX).await;
     // Seen between the two statements, or after both.
     assert_halted(
         &h,

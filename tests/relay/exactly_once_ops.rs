@@ -1,0 +1,181 @@
+//! Issue 18: exactly-once under an operator's hand. The slot dropped under
+//! the relay, the outbox table created again, a standby taking over in the
+//! middle of a split database transaction: the relay either delivers every
+//! event once or stops naming the way back, and the ledger, which decides
+//! where an exactly-once relay starts whatever the slot says, never vouches
+//! for a position past what Kafka holds.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use outboxd::cli::backfill::BACKFILL_HEADER;
+
+use super::exactly_once::{spawn_writers, verify_once, EXACTLY_ONCE};
+use super::faults::join;
+use super::slot_loss::slot_dropped_under_the_relay;
+use super::standby::{readyz_until, start_on_port};
+use super::support::{aggregates, env, ledger_entries, use_ledger_topic, wait_for, ReadBack};
+use super::table_watch::{assert_halted, change_under_the_relay_in, RelayMode, RECREATE_OUTBOX};
+use crate::harness::http::free_port;
+use crate::harness::kafka::shared;
+
+/// The slot dropped under an exactly-once relay: it stops naming the gap,
+/// as at-least-once does, and the way back (backfill, `--accept-gap`)
+/// brings every event. The backfill re-sends its window on purpose, marked
+/// by its header; what the relay itself wrote is there once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_dropped_under_an_exactly_once_relay_stops_it_and_what_it_wrote_is_there_once() {
+    let (_e, sent, v) =
+        slot_dropped_under_the_relay("eos_slotloss", EXACTLY_ONCE, ReadBack::ToEnd).await;
+    let broker = shared();
+    let topics: HashSet<&str> = sent.iter().map(|s| s.topic.as_str()).collect();
+    let mut relayed: HashMap<Vec<u8>, usize> = HashMap::new();
+    let mut backfilled = 0;
+    for topic in topics {
+        let records =
+            tokio::task::block_in_place(|| broker.consume_to_end(topic, Duration::from_secs(60)));
+        for r in records {
+            if r.header(BACKFILL_HEADER).is_some() {
+                backfilled += 1;
+            } else {
+                *relayed
+                    .entry(r.header("id").expect("id header").to_vec())
+                    .or_default() += 1;
+            }
+        }
+    }
+    let repeated = relayed.values().filter(|&&n| n > 1).count();
+    eprintln!(
+        "exactly-once, slot dropped: {} committed, {} delivered, {} relayed by the relay \
+         ({repeated} more than once), {backfilled} backfilled",
+        sent.len(),
+        v.delivered,
+        relayed.len()
+    );
+    assert!(backfilled > 0, "the backfill sent nothing");
+    assert_eq!(repeated, 0, "the relay's own records repeated");
+}
+
+/// The outbox table created again under an exactly-once relay: it halts
+/// before the lost events, as at-least-once does, and its ledger stays
+/// before the change too. Had the ledger passed it, a restart after the
+/// fix would skip those events whatever the slot says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_outbox_table_halts_an_exactly_once_relay_with_its_ledger_before_the_change() {
+    let slot = "eos_recreated";
+    let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
+    let mode = RelayMode {
+        extra: EXACTLY_ONCE,
+        ledger_topic: Some(&ledger_topic),
+        read: ReadBack::ToEnd,
+    };
+    let h = change_under_the_relay_in(slot, &mode, RECREATE_OUTBOX).await;
+    assert_halted(
+        &h,
+        &["was dropped or renamed", "was replaced"],
+        &["ADD TABLE \"public\".\"outbox\""],
+    );
+    let entries = tokio::task::block_in_place(|| ledger_entries(shared(), &ledger_topic));
+    assert!(
+        !entries.is_empty(),
+        "no ledger entry; log:\n{}",
+        h.relay.log()
+    );
+    let last = &entries.last().unwrap().1;
+    eprintln!(
+        "exactly-once, table re-created: halted; {} ledger entries, the last at {} (change at {})",
+        entries.len(),
+        last.confirmed_lsn,
+        h.changed_at
+    );
+    for (_, entry) in &entries {
+        assert!(
+            entry.confirmed_lsn < h.changed_at,
+            "the ledger vouches for {} past the change at {}; log:\n{}",
+            entry.confirmed_lsn,
+            h.changed_at,
+            h.relay.log()
+        );
+    }
+}
+
+/// A database transaction split over Kafka transactions is in flight when
+/// the active is killed: the standby takes over from the ledger's entry
+/// inside it and repeats nothing, while other writers go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_inside_a_split_database_transaction_and_repeats_nothing() {
+    const ROWS: usize = 30_000;
+    const PER_KAFKA_TRANSACTION: usize = 2_000;
+    let broker = shared();
+    let slot = "eos_split_takeover";
+    let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
+    let e = env(
+        broker.bootstrap(),
+        slot,
+        &format!(
+            "{EXACTLY_ONCE}transaction_max_events = {PER_KAFKA_TRANSACTION}\n\
+             max_in_flight_events = {PER_KAFKA_TRANSACTION}\n"
+        ),
+    );
+    use_ledger_topic(&e, &ledger_topic);
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut active = start_on_port(&e, port_a);
+    let ready = tokio::task::block_in_place(|| {
+        readyz_until(port_a, Duration::from_secs(60), |s, _| s == 200)
+    });
+    assert_eq!(ready.map(|r| r.0), Some(200), "{}", active.log());
+    let standby = start_on_port(&e, port_b);
+    let waiting = tokio::task::block_in_place(|| {
+        readyz_until(port_b, Duration::from_secs(30), |_, body| {
+            body.starts_with("standby")
+        })
+    });
+    assert!(waiting.is_some_and(|(s, _)| s == 503), "{}", standby.log());
+
+    let url = e.pg.url("postgres", Some("postgres"), "app");
+    let big = tokio::spawn(async move {
+        let (mut client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        super::support::write(&mut client, slot, &aggregates(40), ROWS, &[ROWS], 0).await
+    });
+    let mut writers = spawn_writers(&e, slot, 3_000, 2);
+    writers.push(big);
+    let inside = tokio::task::block_in_place(|| {
+        let mut inside = None;
+        wait_for(
+            "a ledger entry inside the big transaction",
+            Duration::from_secs(300),
+            || {
+                inside = ledger_entries(broker, &ledger_topic)
+                    .into_iter()
+                    .rev()
+                    .find_map(|(_, entry)| entry.inside);
+                inside.is_some_and(|i| i.events as usize >= ROWS / 3)
+            },
+        );
+        inside.unwrap()
+    });
+    active.signal("-KILL");
+    let killed = Instant::now();
+    assert!(active.wait(Duration::from_secs(10)).is_some());
+    let after = tokio::task::block_in_place(|| {
+        readyz_until(port_b, Duration::from_secs(60), |s, _| s == 200)
+    });
+    let takeover = killed.elapsed();
+    assert_eq!(after.map(|r| r.0), Some(200), "{}", standby.log());
+    assert!(
+        (inside.events as usize) < ROWS,
+        "killed inside the transaction: {inside:?}"
+    );
+    let sent = join(writers).await;
+    verify_once(broker, &e, sent).await;
+    eprintln!(
+        "split transaction at a takeover: {ROWS} rows, {} of them committed to Kafka at the kill; \
+         takeover in {takeover:?}",
+        inside.events
+    );
+    let log = standby.log();
+    assert!(log.contains("Kafka transactions initialised"), "{log}");
+}
