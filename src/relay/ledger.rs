@@ -28,7 +28,7 @@ use crate::progress::ledger::{
     decide_start, format_time_us, select_entry, AcceptedGap, GapReason, InsideTransaction,
     LedgerEntry, LedgerIdentity, LedgerWriter, SlotState, StartDecision, StartInputs,
 };
-use crate::sink::LedgerTopic;
+use crate::sink::{LedgerTopic, ReadTo};
 use crate::source::session::{Identified, SlotPlan};
 use crate::Lsn;
 
@@ -96,11 +96,17 @@ impl RelayLedger {
         // Checked and read at once: both take a broker round trip or more,
         // and every start waits for them. A read that found no topic is
         // done again once `ensure` has made it.
-        let (ensured, read) = tokio::join!(topic.ensure(), topic.entries_for(&database, &slot));
+        // Not waiting for transactions open on the topic: a start is
+        // checked again once its transactional id is initialised
+        // (`moved_since_gate`).
+        let (ensured, read) = tokio::join!(
+            topic.ensure(),
+            topic.entries_for(&database, &slot, ReadTo::Stable)
+        );
         ensured?;
         let entries = match read {
             Ok(entries) => entries,
-            Err(_) => topic.entries_for(&database, &slot).await?,
+            Err(_) => topic.entries_for(&database, &slot, ReadTo::Stable).await?,
         };
         tracing::debug!(
             elapsed_ms = started.elapsed().as_millis() as u64,
@@ -283,15 +289,20 @@ impl RelayLedger {
         if std::mem::replace(&mut self.fresh, false) {
             return Ok(());
         }
-        let entries = self.read_entries(settings).await?;
+        let entries = self.read_entries(settings, ReadTo::Stable).await?;
         *self.known.lock().unwrap_or_else(|e| e.into_inner()) = entries;
         Ok(())
     }
 
-    /// This database's and slot's entries, read from the topic now.
-    async fn read_entries(&self, settings: &RelaySettings) -> Result<Vec<LedgerEntry>, RelayError> {
+    /// This database's and slot's entries, read from the topic now, as far
+    /// as `to` says.
+    async fn read_entries(
+        &self,
+        settings: &RelaySettings,
+        to: ReadTo,
+    ) -> Result<Vec<LedgerEntry>, RelayError> {
         let topic = LedgerTopic::new(&settings.brokers, &settings.config.kafka)?;
-        Ok(topic.entries_for(&self.database, &self.slot).await?)
+        Ok(topic.entries_for(&self.database, &self.slot, to).await?)
     }
 
     /// Reads the entries again now, after this session initialised its
@@ -308,7 +319,12 @@ impl RelayLedger {
         let Some(identity) = &start.identity else {
             return Ok(false);
         };
-        let entries = self.read_entries(settings).await?;
+        // To the end, not to the stable offset: another relay's commit under
+        // way on the shared topic would hide the entry this check is for
+        // (the fenced instance's last one), and the session would repeat
+        // that transaction. The fencing aborted this id's own open one, so
+        // only other relays' commits are waited for.
+        let entries = self.read_entries(settings, ReadTo::End).await?;
         let moved = select_entry(&entries, identity) != start.previous.as_ref();
         *self.known.lock().unwrap_or_else(|e| e.into_inner()) = entries;
         // The next session's gate starts from these, read after a fencing.

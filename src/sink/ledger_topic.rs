@@ -56,6 +56,31 @@ const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Between two polls (and two looks at a topic being created).
 const POLL: Duration = Duration::from_millis(200);
 
+/// How far a read of the ledger goes. Every read is `read_committed`; the
+/// difference is where it counts as done.
+///
+/// A `read_committed` reader sees a partition only up to its last stable
+/// offset: the first record of a transaction still open there. The ledger
+/// topic is one partition shared by every relay, and an exactly-once relay
+/// writes its entry inside each commit, so another relay's commit under way
+/// (or a stopped instance's open transaction, until it is aborted) hides
+/// every entry committed after it. librdkafka's watermark query follows the
+/// reader's isolation level and returns that stable offset, so a read that
+/// stops there is silently short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadTo {
+    /// Up to the last stable offset, without waiting. It may miss entries
+    /// committed behind an open transaction: for a start that is checked
+    /// again later, never for the check itself.
+    Stable,
+    /// Up to the high watermark as the read begins: it waits until every
+    /// transaction open then is resolved, so no entry committed before the
+    /// read is missed. (An open transaction of this relay's own
+    /// transactional id would hold it until `transaction.timeout.ms`:
+    /// read this way once the id has been initialised, which aborts it.)
+    End,
+}
+
 /// What the cluster says about the ledger topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LedgerTopicState {
@@ -418,19 +443,31 @@ impl LedgerTopic {
             })
     }
 
-    /// The latest value per key, tombstoned keys left out. Values are
-    /// returned unparsed: another relay's entry in a newer format must not
-    /// stop this one.
-    pub async fn read_all(&self) -> Result<BTreeMap<String, Vec<u8>>, LedgerTopicError> {
+    /// The latest value per key, tombstoned keys left out, read as far as
+    /// `to` says. Values are returned unparsed: another relay's entry in a
+    /// newer format must not stop this one.
+    pub async fn read_all(
+        &self,
+        to: ReadTo,
+    ) -> Result<BTreeMap<String, Vec<u8>>, LedgerTopicError> {
         let (config, topic) = (self.consumer.clone(), self.topic.clone());
         tokio::task::spawn_blocking(move || {
             let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
-            let values = read_to_end(&consumer, &topic);
+            // The high watermark comes from a reader that sees everything.
+            let all = match to {
+                ReadTo::Stable => None,
+                ReadTo::End => {
+                    let mut all = config.clone();
+                    all.set("isolation.level", "read_uncommitted");
+                    Some(all.create::<BaseConsumer>().map_err(|e| e.to_string())?)
+                }
+            };
+            let values = read_to_end(&consumer, all.as_ref().unwrap_or(&consumer), &topic);
             // Closing a consumer waits for its threads, about 100 ms here:
             // not on the relay's way to its first event.
             let closing = std::thread::Builder::new()
                 .name("outboxd-ledger-close".into())
-                .spawn(move || drop(consumer));
+                .spawn(move || drop((consumer, all)));
             if let Err(e) = closing {
                 tracing::debug!(error = %e, "closing the ledger reader on this thread");
             }
@@ -448,9 +485,10 @@ impl LedgerTopic {
     pub async fn latest(
         &self,
         identity: &LedgerIdentity,
+        to: ReadTo,
     ) -> Result<Option<LedgerEntry>, LedgerTopicError> {
         let key = identity.key();
-        match self.read_all().await?.get(&key) {
+        match self.read_all(to).await?.get(&key) {
             None => Ok(None),
             Some(value) => {
                 LedgerEntry::from_json(value)
@@ -471,9 +509,10 @@ impl LedgerTopic {
         &self,
         database: &str,
         slot: &str,
+        to: ReadTo,
     ) -> Result<Vec<LedgerEntry>, LedgerTopicError> {
         let mut out = Vec::new();
-        for (key, value) in self.read_all().await? {
+        for (key, value) in self.read_all(to).await? {
             let Some(id) = LedgerIdentity::from_key(&key) else {
                 continue;
             };
@@ -492,11 +531,17 @@ impl LedgerTopic {
     }
 }
 
-/// Reads `topic` from the beginning of each partition to its high
-/// watermark (as it was when the read began); the last value per key wins.
-fn read_to_end(consumer: &BaseConsumer, topic: &str) -> Result<BTreeMap<String, Vec<u8>>, String> {
+/// Reads `topic` with `consumer` from the beginning of each partition to
+/// the end `watermarks` reports as the read begins (the high watermark for a
+/// `read_uncommitted` client, the last stable offset for a `read_committed`
+/// one: see [`ReadTo`]); the last value per key wins.
+fn read_to_end(
+    consumer: &BaseConsumer,
+    watermarks: &BaseConsumer,
+    topic: &str,
+) -> Result<BTreeMap<String, Vec<u8>>, String> {
     let deadline = Instant::now() + READ_TIMEOUT;
-    let md = consumer
+    let md = watermarks
         .fetch_metadata(Some(topic), METADATA_TIMEOUT)
         .map_err(|e| e.to_string())?;
     let t = md
@@ -507,7 +552,7 @@ fn read_to_end(consumer: &BaseConsumer, topic: &str) -> Result<BTreeMap<String, 
     // (partition, high watermark) of the partitions that hold anything.
     let mut ends = Vec::new();
     for p in t.partitions() {
-        let (low, high) = consumer
+        let (low, high) = watermarks
             .fetch_watermarks(topic, p.id(), METADATA_TIMEOUT)
             .map_err(|e| format!("no watermarks for partition {}: {e}", p.id()))?;
         if high > low {
@@ -527,7 +572,9 @@ fn read_to_end(consumer: &BaseConsumer, topic: &str) -> Result<BTreeMap<String, 
     while !ends.is_empty() {
         if Instant::now() >= deadline {
             return Err(format!(
-                "not read to the end within {}s",
+                "not read to the end within {}s (a transaction left open on the topic, \
+                 by a relay that stopped mid-commit, holds a read_committed reader back \
+                 until the broker aborts it after the relay's transaction.timeout.ms)",
                 READ_TIMEOUT.as_secs()
             ));
         }

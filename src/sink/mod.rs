@@ -70,7 +70,7 @@ pub use error::SendError;
 pub(crate) use error::SinkError;
 pub use ledger_topic::{
     inspect_ledger_topic, ledger_record, new_ledger_topic, LedgerTopic, LedgerTopicError,
-    LedgerTopicState, LEDGER_TOPIC_PARTITIONS,
+    LedgerTopicState, ReadTo, LEDGER_TOPIC_PARTITIONS,
 };
 pub use producer::{KafkaSink, STATS_INTERVAL_MS};
 pub(crate) use topics::{describe_topic, TopicManager};

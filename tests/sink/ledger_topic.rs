@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use outboxd::config::KafkaConfig;
 use outboxd::progress::ledger::{LedgerEntry, LedgerIdentity, LEDGER_VERSION};
-use outboxd::sink::{LedgerTopic, LedgerTopicError};
+use outboxd::sink::{LedgerTopic, LedgerTopicError, ReadTo};
 use outboxd::Lsn;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
@@ -120,7 +120,11 @@ async fn last_value_per_key_wins_and_identities_do_not_mix() {
     let a = identity("7443001228541284437", "outboxd");
     let other_server = identity("7000000000000000001", "outboxd");
     let other_slot = identity("7443001228541284437", "second");
-    assert_eq!(l.latest(&a).await.unwrap(), None, "empty topic");
+    assert_eq!(
+        l.latest(&a, ReadTo::End).await.unwrap(),
+        None,
+        "empty topic"
+    );
     let writes = [
         entry(&a, 0x100),
         entry(&other_server, 0x9_0000_0000),
@@ -131,16 +135,19 @@ async fn last_value_per_key_wins_and_identities_do_not_mix() {
     for e in &writes {
         l.write(e).await.unwrap();
     }
-    assert_eq!(l.latest(&a).await.unwrap(), Some(writes[4].clone()));
     assert_eq!(
-        l.latest(&other_server).await.unwrap(),
+        l.latest(&a, ReadTo::End).await.unwrap(),
+        Some(writes[4].clone())
+    );
+    assert_eq!(
+        l.latest(&other_server, ReadTo::End).await.unwrap(),
         Some(writes[1].clone())
     );
     assert_eq!(
-        l.latest(&other_slot).await.unwrap(),
+        l.latest(&other_slot, ReadTo::End).await.unwrap(),
         Some(writes[3].clone())
     );
-    let mut same_slot = l.entries_for("app", "outboxd").await.unwrap();
+    let mut same_slot = l.entries_for("app", "outboxd", ReadTo::End).await.unwrap();
     same_slot.sort_by_key(|e| e.confirmed_lsn);
     assert_eq!(same_slot, vec![writes[4].clone(), writes[1].clone()]);
 
@@ -168,13 +175,19 @@ async fn a_tombstone_deletes_and_a_newer_format_is_refused_only_for_its_key() {
     l.write(&entry(&a, 10)).await.unwrap();
     l.write(&entry(&b, 20)).await.unwrap();
     l.delete(&a).await.unwrap();
-    assert_eq!(l.latest(&a).await.unwrap(), None);
-    assert_eq!(l.latest(&b).await.unwrap(), Some(entry(&b, 20)));
-    let keys: Vec<String> = l.read_all().await.unwrap().into_keys().collect();
+    assert_eq!(l.latest(&a, ReadTo::End).await.unwrap(), None);
+    assert_eq!(
+        l.latest(&b, ReadTo::End).await.unwrap(),
+        Some(entry(&b, 20))
+    );
+    let keys: Vec<String> = l.read_all(ReadTo::End).await.unwrap().into_keys().collect();
     assert_eq!(keys, vec![b.key()]);
     // Written again after the tombstone, it is back.
     l.write(&entry(&a, 30)).await.unwrap();
-    assert_eq!(l.latest(&a).await.unwrap(), Some(entry(&a, 30)));
+    assert_eq!(
+        l.latest(&a, ReadTo::End).await.unwrap(),
+        Some(entry(&a, 30))
+    );
 
     // A newer outboxd's entry for another slot does not stop this one; for
     // this slot it is refused, naming the version.
@@ -182,12 +195,25 @@ async fn a_tombstone_deletes_and_a_newer_format_is_refused_only_for_its_key() {
     let mut json: serde_json::Value = serde_json::from_slice(&entry(&future, 1).to_json()).unwrap();
     json["version"] = 2.into();
     produce_raw(&topic, &future.key(), json.to_string().as_bytes()).await;
-    assert_eq!(l.latest(&a).await.unwrap(), Some(entry(&a, 30)));
-    assert_eq!(l.entries_for("app", "outboxd").await.unwrap().len(), 2);
-    let err = l.latest(&future).await.unwrap_err().to_string();
+    assert_eq!(
+        l.latest(&a, ReadTo::End).await.unwrap(),
+        Some(entry(&a, 30))
+    );
+    assert_eq!(
+        l.entries_for("app", "outboxd", ReadTo::End)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    let err = l
+        .latest(&future, ReadTo::End)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("format version 2"), "{err}");
     let err = l
-        .entries_for("app", "elsewhere")
+        .entries_for("app", "elsewhere", ReadTo::End)
         .await
         .unwrap_err()
         .to_string();
@@ -207,4 +233,62 @@ async fn produce_raw(topic: &str, key: &str, value: &[u8]) {
         )
         .await
         .unwrap();
+}
+
+/// Another relay's commit under way on the shared ledger topic (its entry
+/// written, the transaction still open) hides every entry committed after
+/// it from a `read_committed` reader. A read to the stable offset then
+/// misses the newest entry without an error: a standby that checked its
+/// start that way repeated the fenced instance's last transaction (466
+/// events in one run). A read to the end waits for the open transaction
+/// and finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_committed_behind_an_open_transaction_is_found_by_a_read_to_the_end() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let topic = unique("ledger-open-txn");
+    let l = ledger(&topic, true);
+    l.ensure().await.unwrap();
+    let a = identity("7443001228541284437", "outboxd");
+    l.write(&entry(&a, 0x100)).await.unwrap();
+    // Another relay's commit, stopped between its entry and EndTxn.
+    let other: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", shared().bootstrap())
+        .set("transactional.id", unique("other-relay"))
+        .create()
+        .unwrap();
+    let other = tokio::task::spawn_blocking(move || {
+        other.init_transactions(Duration::from_secs(30)).unwrap();
+        other.begin_transaction().unwrap();
+        other
+            .send(BaseRecord::to(&topic).key("other-relay").payload("{}"))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        other.flush(Duration::from_secs(10)).unwrap();
+        other
+    })
+    .await
+    .unwrap();
+    let newest = entry(&a, 0x200);
+    l.write(&newest).await.unwrap();
+
+    let stable = l.latest(&a, ReadTo::Stable).await.unwrap();
+    assert_eq!(
+        stable,
+        Some(entry(&a, 0x100)),
+        "the stable offset hides what was committed after the open transaction"
+    );
+    // The open transaction ends a second into the read to the end.
+    let resolving = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        other.abort_transaction(Duration::from_secs(30)).unwrap();
+    });
+    let started = std::time::Instant::now();
+    let to_end = l.latest(&a, ReadTo::End).await.unwrap();
+    resolving.await.unwrap();
+    assert_eq!(to_end, Some(newest), "the read to the end missed an entry");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "the read to the end returned before the open transaction was resolved ({:?})",
+        started.elapsed()
+    );
 }
