@@ -21,7 +21,11 @@ shapes = ["1", bulk]
 m = {}
 for line in open(f"{out}/metrics.txt"):
     k, _, v = line.strip().partition("=")
-    m[k] = float(v) if v else 0.0
+    # Text values (the A/B's revisions) are the A/B report's, not this one's.
+    try:
+        m[k] = float(v) if v else 0.0
+    except ValueError:
+        pass
 
 
 def report(system, atype):

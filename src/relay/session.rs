@@ -64,12 +64,6 @@ use window::{Halt, Limits, Relayed, Window};
 /// shutdown are looked at in between.
 const BATCH: usize = 64;
 
-/// Events in flight up to which a relay that has caught up with the
-/// walsender sends at once instead of lingering. More in flight is a
-/// backlog being drained: the produce request in flight takes longer than
-/// the linger, so waiting costs no latency and fills the next batch.
-const SEND_NOW_MAX_IN_FLIGHT: usize = 512;
-
 /// Least time a graceful stop waits for the table watch to vouch for the
 /// last acked position (beyond three status intervals): two looks on a
 /// slow connection.
@@ -351,18 +345,21 @@ impl<'a, D: Delivery> Session<'a, D> {
                             break;
                         }
                         let Some(streamed) = s.source.try_recv() else {
-                            // Caught up with the walsender and little in
-                            // flight: no batch mate is coming, so lingering
-                            // would only add latency. A deep queue means a
-                            // backlog, where lingering fills the batches.
-                            if s.window.in_flight() <= SEND_NOW_MAX_IN_FLIGHT {
-                                s.delivery.send_now();
-                            }
                             break;
                         };
                         if let Some(end) = s.on_streamed(streamed).await? {
                             return Ok(end);
                         }
+                    }
+                    // The walsender waits for WAL (its keepalive between
+                    // transactions): no batch mate is coming, so lingering
+                    // would only add latency. An empty hand-over channel is
+                    // no such sign: in a backlog the relay often empties it
+                    // before the driver reads on, and sending then made
+                    // small requests that kept the drain slow (19.5 against
+                    // 50 events per request, 0.85 x the release).
+                    if s.idle {
+                        s.delivery.send_now();
                     }
                 }
             }
