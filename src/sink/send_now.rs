@@ -4,8 +4,9 @@
 //! librdkafka holds a record up to `linger.ms` so that later ones share its
 //! produce request. In a backlog drain that is what keeps the cost per event
 //! low; at a trickle it is pure latency, since no mate is coming. The relay
-//! knows which case it is in: when it has sent what the walsender delivered
-//! and nothing more is waiting, it asks for the queue to go out now.
+//! knows which case it is in: when the walsender says it waits for WAL (its
+//! keepalive between transactions, which a backlog never lets it send), it
+//! asks for the queue to go out now.
 //!
 //! librdkafka's only way to cut a linger short is `rd_kafka_flush`: for as
 //! long as the call lasts, every broker thread treats the linger as expired.
