@@ -167,6 +167,30 @@ async fn kill_9_twice_under_four_writers_repeats_nothing() {
     drop(relay);
 }
 
+/// Waits (up to 300 s) until the newest ledger entry inside a split
+/// database transaction has at least `events` of it committed; returns it.
+pub(super) fn ledger_entry_inside(
+    broker: &crate::harness::kafka::KafkaBroker,
+    ledger_topic: &str,
+    events: usize,
+) -> outboxd::progress::ledger::InsideTransaction {
+    tokio::task::block_in_place(|| {
+        let mut inside = None;
+        wait_for(
+            "a ledger entry inside the split transaction",
+            Duration::from_secs(300),
+            || {
+                inside = ledger_entries(broker, ledger_topic)
+                    .into_iter()
+                    .rev()
+                    .find_map(|(_, entry)| entry.inside);
+                inside.is_some_and(|i| i.events as usize >= events)
+            },
+        );
+        inside.unwrap()
+    })
+}
+
 /// A database transaction larger than `transaction_max_events` is split
 /// over Kafka transactions; a `kill -9` in its middle resumes inside it,
 /// from the ledger's entry (`inside`), without a duplicate.
@@ -208,21 +232,7 @@ async fn kill_9_inside_a_split_database_transaction_repeats_nothing() {
     });
     // Killed once the ledger holds a position in the middle of the
     // transaction.
-    let inside = tokio::task::block_in_place(|| {
-        let mut inside = None;
-        wait_for(
-            "a ledger entry inside the transaction",
-            Duration::from_secs(300),
-            || {
-                inside = ledger_entries(broker, &ledger_topic)
-                    .into_iter()
-                    .rev()
-                    .find_map(|(_, entry)| entry.inside);
-                inside.is_some_and(|i| i.events as usize >= rows / 2)
-            },
-        );
-        inside.unwrap()
-    });
+    let inside = ledger_entry_inside(broker, &ledger_topic, rows / 2);
     let peak_before = relay.peak_rss_kib();
     relay.signal("-KILL");
     assert!(relay.wait(Duration::from_secs(10)).is_some());

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use outboxd::cli::backfill::BACKFILL_HEADER;
 
-use super::exactly_once::{spawn_writers, verify_once, EXACTLY_ONCE};
+use super::exactly_once::{ledger_entry_inside, spawn_writers, verify_once, EXACTLY_ONCE};
 use super::faults::join;
 use super::slot_loss::slot_dropped_under_the_relay;
 use super::standby::{readyz_until, start_on_port};
-use super::support::{aggregates, env, ledger_entries, use_ledger_topic, wait_for, ReadBack};
+use super::support::{aggregates, env, ledger_entries, use_ledger_topic, ReadBack};
 use super::table_watch::{assert_halted, change_under_the_relay_in, RelayMode, RECREATE_OUTBOX};
 use crate::harness::http::free_port;
 use crate::harness::kafka::shared;
@@ -142,21 +142,7 @@ async fn a_standby_takes_over_inside_a_split_database_transaction_and_repeats_no
     });
     let mut writers = spawn_writers(&e, slot, 3_000, 2);
     writers.push(big);
-    let inside = tokio::task::block_in_place(|| {
-        let mut inside = None;
-        wait_for(
-            "a ledger entry inside the big transaction",
-            Duration::from_secs(300),
-            || {
-                inside = ledger_entries(broker, &ledger_topic)
-                    .into_iter()
-                    .rev()
-                    .find_map(|(_, entry)| entry.inside);
-                inside.is_some_and(|i| i.events as usize >= ROWS / 3)
-            },
-        );
-        inside.unwrap()
-    });
+    let inside = ledger_entry_inside(broker, &ledger_topic, ROWS / 3);
     active.signal("-KILL");
     let killed = Instant::now();
     assert!(active.wait(Duration::from_secs(10)).is_some());
