@@ -257,13 +257,9 @@ async fn kill_9_inside_a_split_database_transaction_repeats_nothing() {
     }
 }
 
-/// An active relay and its standby (each with its metrics port; the
-/// standby's is returned), under 4 writers of 40,000 events, once the
-/// active confirmed a first position.
-fn active_and_standby_under_load(
-    e: &Env,
-    slot: &str,
-) -> (Relay, Relay, u16, Vec<tokio::task::JoinHandle<Vec<Sent>>>) {
+/// An active relay, ready, and its standby, standing by (each with its
+/// metrics port; the standby's is returned).
+pub(super) fn active_and_standby(e: &Env) -> (Relay, Relay, u16) {
     let (port_a, port_b) = (free_port(), free_port());
     let active = start_on_port(e, port_a);
     let ready = tokio::task::block_in_place(|| {
@@ -277,6 +273,17 @@ fn active_and_standby_under_load(
         })
     });
     assert!(waiting.is_some_and(|(s, _)| s == 503), "{}", standby.log());
+    (active, standby, port_b)
+}
+
+/// An active relay and its standby (each with its metrics port; the
+/// standby's is returned), under 4 writers of 40,000 events, once the
+/// active confirmed a first position.
+fn active_and_standby_under_load(
+    e: &Env,
+    slot: &str,
+) -> (Relay, Relay, u16, Vec<tokio::task::JoinHandle<Vec<Sent>>>) {
+    let (active, standby, port_b) = active_and_standby(e);
     let pg = &e.pg;
     let start = confirmed_lsn(pg, slot);
     let writers = spawn_writers(e, slot, 40_000, 4);

@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 
 use outboxd::cli::backfill::BACKFILL_HEADER;
 
-use super::exactly_once::{ledger_entry_inside, spawn_writers, verify_once, EXACTLY_ONCE};
+use super::exactly_once::{
+    active_and_standby, ledger_entry_inside, spawn_writers, verify_once, EXACTLY_ONCE,
+};
 use super::faults::join;
 use super::slot_loss::slot_dropped_under_the_relay;
-use super::standby::{readyz_until, start_on_port};
+use super::standby::readyz_until;
 use super::support::{aggregates, env, ledger_entries, use_ledger_topic, ReadBack};
 use super::table_watch::{assert_halted, change_under_the_relay_in, RelayMode, RECREATE_OUTBOX};
-use crate::harness::http::free_port;
 use crate::harness::kafka::shared;
 
 /// The slot dropped under an exactly-once relay: it stops naming the gap,
@@ -118,19 +119,7 @@ async fn a_standby_takes_over_inside_a_split_database_transaction_and_repeats_no
         ),
     );
     use_ledger_topic(&e, &ledger_topic);
-    let (port_a, port_b) = (free_port(), free_port());
-    let mut active = start_on_port(&e, port_a);
-    let ready = tokio::task::block_in_place(|| {
-        readyz_until(port_a, Duration::from_secs(60), |s, _| s == 200)
-    });
-    assert_eq!(ready.map(|r| r.0), Some(200), "{}", active.log());
-    let standby = start_on_port(&e, port_b);
-    let waiting = tokio::task::block_in_place(|| {
-        readyz_until(port_b, Duration::from_secs(30), |_, body| {
-            body.starts_with("standby")
-        })
-    });
-    assert!(waiting.is_some_and(|(s, _)| s == 503), "{}", standby.log());
+    let (mut active, standby, port_b) = active_and_standby(&e);
 
     let url = e.pg.url("postgres", Some("postgres"), "app");
     let big = tokio::spawn(async move {
