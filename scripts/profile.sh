@@ -194,6 +194,9 @@ if [[ -n ${PROFILE_RATE:-} ]]; then
     perf record -F 999 -g --call-graph dwarf,16384 -o "$out/perf.data" -p "$relay" 2>"$out/perf.log" &
     perf_pid=$!
   fi
+  # librdkafka's own split of a record's wait (queue, request queue, round
+  # trip) is a window of the last statistics interval: sampled mid-load.
+  (sleep $((steady_s / 2)) && curl -s "http://127.0.0.1:$metrics_port/metrics" >"$out/steady.mid.metrics") &
   pgbench -n -D txn="$txn" -f "$out/steady.sql" -c "$clients" -j "$clients" \
     -t $((count / txn / clients)) -R $((PROFILE_RATE / txn)) "$PG_URL_BASE/prof" >"$out/steady.pgbench.log" 2>&1
   wait "$consumer" || true
@@ -219,6 +222,8 @@ PY
   # outboxd's own view: commit -> Kafka ack, and WAL received -> ack.
   curl -s "http://127.0.0.1:$metrics_port/metrics" |
     grep -E '^outboxd_((commit|wal_receive)_to_ack_seconds_(bucket|count)|kafka_broker_rtt)' | grep -v 'le="[0-9.]*[1-9][0-9]\.' || true
+  echo "mid-load, librdkafka's last statistics window (seconds):"
+  grep -E '^outboxd_kafka_(queue_latency|request_queue_latency|request_rtt)_seconds' "$out/steady.mid.metrics" || true
   cat "$out/steady.json"
 else
   for round in $(seq 1 "${PROFILE_ROUNDS:-1}"); do

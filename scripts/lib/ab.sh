@@ -85,14 +85,20 @@ ab_drain_outboxd() { # binary db slot run count who
   # are read from /metrics at its end (a build without that counter gives 0).
   outboxd_toml "$db" "$slot" >"$dir/$run.toml"
   cat >>"$dir/$run.toml" <<CONF
-[kafka.properties]
-"statistics.interval.ms" = "1000"
 [routing]
 topic = "$run.\${aggregate_type}"
 [metrics]
 listen = "127.0.0.1:$port"
 CONF
-  outboxd_extra "$who" >>"$dir/$run.toml"
+  # One [kafka.properties] table: the experiment's own, if it has one
+  # (BENCH_HEAD_TOML / BENCH_BASE_TOML), with the statistics period added.
+  local extra stats='"statistics.interval.ms" = "1000"'
+  extra=$(outboxd_extra "$who")
+  if grep -qx '\[kafka\.properties\]' <<<"$extra"; then
+    awk -v stats="$stats" '{ print } $0 == "[kafka.properties]" { print stats }' <<<"$extra" >>"$dir/$run.toml"
+  else
+    printf '[kafka.properties]\n%s\n%s\n' "$stats" "$extra" >>"$dir/$run.toml"
+  fi
   start_consumer ab "$run" "$count" "$run.ab"
   local started
   started=$(now_ms)
