@@ -351,9 +351,10 @@ impl<'a, D: Delivery> Session<'a, D> {
                             return Ok(end);
                         }
                     }
-                    // The walsender waits for WAL (its keepalive between
-                    // transactions): no batch mate is coming, so lingering
-                    // would only add latency. An empty hand-over channel is
+                    // The walsender reached the head of the WAL (its
+                    // keepalive between transactions, see `send_now`): no
+                    // batch mate is near, so lingering would only add
+                    // latency. An empty hand-over channel is
                     // no such sign: in a backlog the relay often empties it
                     // before the driver reads on, and sending then made
                     // small requests that kept the drain slow (19.5 against

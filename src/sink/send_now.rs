@@ -4,9 +4,11 @@
 //! librdkafka holds a record up to `linger.ms` so that later ones share its
 //! produce request. In a backlog drain that is what keeps the cost per event
 //! low; at a trickle it is pure latency, since no mate is coming. The relay
-//! knows which case it is in: when the walsender says it waits for WAL (its
-//! keepalive between transactions, which a backlog never lets it send), it
-//! asks for the queue to go out now.
+//! knows which case it is in: when the walsender's keepalive comes between
+//! transactions, it asks for the queue to go out now. The walsender sends
+//! one each time its reader reaches the end of the WAL it knew to be flushed
+//! (PostgreSQL's `WalSndWaitForWal`, before it looks for more): at the head
+//! of the WAL, never in the middle of a backlog written before.
 //!
 //! librdkafka's only way to cut a linger short is `rd_kafka_flush`: for as
 //! long as the call lasts, every broker thread treats the linger as expired.

@@ -8,13 +8,14 @@
 //! It commits when it holds `relay.transaction_max_events`, when the window
 //! is full (its reports wait for the commit), after
 //! `relay.transaction_max_delay`, or once the stream is idle: the walsender
-//! sends a keepalive between transactions as soon as it waits for WAL
-//! (PostgreSQL's `WalSndWaitForWal`), which no backlog ever lets it do. (An
-//! empty hand-over channel is no such sign: in a backlog the relay often
-//! outpaces the driver, and committing then cost 6 × the throughput.) An
-//! idle relay whose
-//! position moved past the ledger (WAL of other tables, keepalives) commits
-//! a transaction holding only the ledger entry, once per status interval.
+//! sends a keepalive between transactions each time its reader reaches the
+//! end of the WAL it knew to be flushed (PostgreSQL's `WalSndWaitForWal`,
+//! before it looks for more), so at the head of the WAL and never in the
+//! middle of a backlog written before. (An empty hand-over channel is no
+//! such sign: in a backlog the relay often outpaces the driver, and
+//! committing then cost 6 × the throughput.) An idle relay whose position
+//! moved past the ledger (WAL of other tables, keepalives) commits a
+//! transaction holding only the ledger entry, once per status interval.
 //!
 //! The slot is confirmed up to the last committed entry at most, so the
 //! ledger is never behind the slot: a restart skips what the ledger has
