@@ -6,7 +6,8 @@
 //! {"count":50000,"expected":50000,"complete":true,"duplicates":0,
 //!  "first_arrival_ms":…,"last_arrival_ms":…,"span_s":24.9,"throughput_eps":2008.1,
 //!  "latency_ms":{"p50":12.1,"p95":30.2,"p99":55.0,"max":120.4,"mean":14.0},
-//!  "record_latency_ms":{"p50":3.0,"p99":9.0,"max":20.0}}
+//!  "record_latency_ms":{"p50":3.0,"p99":9.0,"max":20.0},
+//!  "slow":{"over_ms":50.0,"count":120,"first_at_s":0.0,"last_at_s":0.2}}
 //! ```
 //!
 //! Latency is the arrival wall clock minus the record timestamp: outboxd
@@ -16,7 +17,9 @@
 //! (microseconds since the epoch, written by the writer's transaction): the
 //! same start for every relay, whatever it puts in the record timestamp
 //! (Debezium's EventRouter stamps its own processing time). Both clocks are
-//! this machine's. `record_latency_ms` is always from the record timestamp
+//! this machine's. `slow` says when the records over 50 ms arrived, in
+//! seconds after the first arrival: a stall at the start (a producer still
+//! learning its topic) or one in the middle. `record_latency_ms` is always from the record timestamp
 //! (with `--ts-field` too): for outboxd, commit -> consumer. Duplicates are
 //! counted by the `id` header.
 //!
@@ -42,6 +45,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
+
+/// A record later than this counts as slow (see `slow` in the report).
+const SLOW_MS: f64 = 50.0;
 
 #[derive(Parser)]
 #[command(about = "Consume COUNT records and report throughput and end-to-end latency")]
@@ -99,6 +105,7 @@ fn main() {
     let mut first_arrival_us = None;
     let mut last_arrival_us = 0i64;
     let mut last_progress = Instant::now();
+    let mut slow_at_us: Vec<i64> = Vec::new();
     let idle_timeout = Duration::from_secs(args.idle_timeout_s);
     while latencies_ms.len() < args.count && last_progress.elapsed() < idle_timeout {
         let Some(result) = consumer.poll(Duration::from_millis(100)) else {
@@ -122,7 +129,11 @@ fn main() {
             }),
             None => message.timestamp().to_millis().unwrap_or(arrival_us / 1000) * 1000,
         };
-        latencies_ms.push((arrival_us - start_us) as f64 / 1000.0);
+        let latency_ms = (arrival_us - start_us) as f64 / 1000.0;
+        if latency_ms > SLOW_MS {
+            slow_at_us.push(arrival_us);
+        }
+        latencies_ms.push(latency_ms);
         // Also from the record timestamp, whatever --ts-field says: for
         // outboxd that is the commit time, so this is commit -> consumer.
         if let Some(ts_ms) = message.timestamp().to_millis() {
@@ -152,7 +163,7 @@ fn main() {
     latencies_ms.sort_by(f64::total_cmp);
     record_latencies_ms.sort_by(f64::total_cmp);
     let complete = count >= args.count;
-    let report = serde_json::json!({
+    let mut report = serde_json::json!({
         "count": count,
         "expected": args.count,
         "complete": complete,
@@ -175,6 +186,14 @@ fn main() {
             "p99": percentile(&record_latencies_ms, 0.99),
             "max": record_latencies_ms.last().copied().unwrap_or(0.0),
         },
+    });
+    let slow_at_s =
+        |us: Option<&i64>| us.map_or(0.0, |us| round3((us - first_arrival_us) as f64 / 1e6));
+    report["slow"] = serde_json::json!({
+        "over_ms": SLOW_MS,
+        "count": slow_at_us.len(),
+        "first_at_s": slow_at_s(slow_at_us.first()),
+        "last_at_s": slow_at_s(slow_at_us.last()),
     });
     println!("{report}");
     if !complete {

@@ -66,6 +66,7 @@
 #                               outboxd beside its floor, the producer alone ("" skips it)
 #   BENCH_FLOOR_SHAPES="1 10"   rows per transaction in the latency phase
 #   BENCH_FLOOR_WARMUP_S=5      seconds of an unmeasured pass of each relay before it
+#   BENCH_FLOOR_S=30            seconds of each measured pass of the latency phase
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

@@ -3,7 +3,7 @@
 # at a steady rate beside its floor, in one run.
 #
 #   floor_phase RATE     for each shape of $floor_shapes (rows per transaction),
-#                        $steady_s seconds at RATE events/s of:
+#                        $floor_s seconds at RATE events/s of:
 #     head      this tree's outboxd, running and caught up, the writers writing
 #     base      the A/B baseline's outboxd, the same (with --baseline only)
 #     floor     examples/bench_produce.rs: the relay's producer alone (linger 0)
@@ -18,6 +18,9 @@
 
 floor_shapes=${BENCH_FLOOR_SHAPES:-1 10}
 floor_warmup_s=${BENCH_FLOOR_WARMUP_S:-5}
+# Long enough that a stall of a few hundred ms at a pass's start, which every
+# system shows (the producer alone too), stays below its p99.
+floor_s=${BENCH_FLOOR_S:-30}
 
 # A relay on a slot made now (so it sees only what follows), caught up.
 floor_start_outboxd() { # binary db slot run who
@@ -57,7 +60,7 @@ floor_relay_pass() { # head|base db txn count rate run
 
 floor_phase() { # rate
   local rate=$1 db=bench_lat txn count
-  count=$((rate * steady_s))
+  count=$((rate * floor_s))
   mkdir -p "$out/lat"
   log "latency at $rate events/s, shapes $floor_shapes: outboxd, its floor (the producer alone) and pg_recvlogical"
   servers_psql postgres -c "CREATE DATABASE $db"
