@@ -73,7 +73,10 @@ pub enum SinkError {
     )]
     MissingTopic { topic: String },
 
-    #[error("cannot create Kafka topic `{topic}` (kafka.create_topics = true): {code}")]
+    #[error(
+        "cannot create Kafka topic `{topic}` (kafka.create_topics = true): {code}{}",
+        creation_hint(*code)
+    )]
     CreateTopic {
         topic: String,
         code: RDKafkaErrorCode,
@@ -125,6 +128,21 @@ pub(super) fn creation_error(
         }
     }
     SinkError::Client { client, source }
+}
+
+/// What to change when CreateTopics keeps refusing with `code`.
+fn creation_hint(code: RDKafkaErrorCode) -> &'static str {
+    use RDKafkaErrorCode as C;
+    match code {
+        C::InvalidReplicationFactor => {
+            "; the cluster has fewer unfenced brokers than kafka.topic_replication_factor \
+             (asked again for 30 s)"
+        }
+        C::TopicAuthorizationFailed | C::ClusterAuthorizationFailed => {
+            "; grant the principal CREATE, or create the topic and set kafka.create_topics = false"
+        }
+        _ => "",
+    }
 }
 
 /// Broker answers to a metadata or CreateTopics request that will not change
@@ -193,5 +211,21 @@ mod tests {
         assert!(timeout.is_retryable());
         assert!(SinkError::Fatal("x".into()).is_retryable());
         assert!(!SinkError::Config(SinkConfigError::NoBrokers).is_retryable());
+    }
+
+    #[test]
+    fn a_refused_creation_names_the_setting_to_change() {
+        let e = SinkError::CreateTopic {
+            topic: "orders".into(),
+            code: RDKafkaErrorCode::InvalidReplicationFactor,
+        };
+        let text = e.to_string();
+        assert!(text.contains("kafka.topic_replication_factor"), "{text}");
+        assert!(!e.is_retryable(), "asked again inside the sink already");
+        let e = SinkError::CreateTopic {
+            topic: "orders".into(),
+            code: RDKafkaErrorCode::TopicAuthorizationFailed,
+        };
+        assert!(e.to_string().contains("kafka.create_topics = false"), "{e}");
     }
 }

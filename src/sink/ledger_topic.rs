@@ -37,6 +37,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::config::{admin_client_config, client_config};
 use super::delivery;
 use super::error::SinkError;
+use super::topics::{create_topic, Created};
 use crate::config::KafkaConfig;
 use crate::progress::ledger::{LedgerEntry, LedgerFormatError, LedgerIdentity};
 
@@ -336,26 +337,20 @@ impl LedgerTopic {
             topic: topic.clone(),
             code,
         };
-        let options = AdminOptions::new().operation_timeout(Some(CREATE_TIMEOUT));
-        let results = self
-            .admin
-            .create_topics(
-                [&new_ledger_topic(&topic, self.replication_factor)],
-                &options,
-            )
-            .await
-            .map_err(|e| creation(e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail)))?;
-        for result in results {
-            match result {
-                Ok(_) => tracing::info!(
-                    topic,
-                    replication_factor = self.replication_factor,
-                    "created the ledger topic (compacted)"
-                ),
-                // Another relay was quicker: check what it created.
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((_, code)) => return Err(creation(code).into()),
-            }
+        match create_topic(
+            &self.admin,
+            &new_ledger_topic(&topic, self.replication_factor),
+        )
+        .await
+        {
+            Ok(Created::Now) => tracing::info!(
+                topic,
+                replication_factor = self.replication_factor,
+                "created the ledger topic (compacted)"
+            ),
+            // Another relay was quicker: check what it created.
+            Ok(Created::AlreadyThere) => {}
+            Err(code) => return Err(creation(code).into()),
         }
         self.wait_writable().await?;
         // Whoever created it, it has to be compacted.

@@ -30,6 +30,8 @@ const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Until every partition of a created topic has a leader. Usually well under
 /// a second; 30 s covers a busy controller.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Between two CreateTopics requests the cluster refused for the moment.
+const CREATE_RETRY: Duration = Duration::from_millis(500);
 /// Between two metadata checks while waiting for leaders.
 const READY_POLL: Duration = Duration::from_millis(200);
 
@@ -124,31 +126,20 @@ impl TopicManager {
             self.partitions,
             TopicReplication::Fixed(self.replication_factor),
         );
-        let options = AdminOptions::new().operation_timeout(Some(CREATE_TIMEOUT));
-        let results = self
-            .admin
-            .create_topics([&new], &options)
-            .await
-            .map_err(|e| SinkError::CreateTopic {
-                topic: topic.to_owned(),
-                code: e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail),
-            })?;
-        for result in results {
-            match result {
-                Ok(_) => tracing::info!(
-                    topic,
-                    partitions = self.partitions,
-                    replication_factor = self.replication_factor,
-                    "created Kafka topic"
-                ),
-                // Someone else was quicker: just as good.
-                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((_, code)) => {
-                    return Err(SinkError::CreateTopic {
-                        topic: topic.to_owned(),
-                        code,
-                    })
-                }
+        match create_topic(&self.admin, &new).await {
+            Ok(Created::Now) => tracing::info!(
+                topic,
+                partitions = self.partitions,
+                replication_factor = self.replication_factor,
+                "created Kafka topic"
+            ),
+            // Someone else was quicker: just as good.
+            Ok(Created::AlreadyThere) => {}
+            Err(code) => {
+                return Err(SinkError::CreateTopic {
+                    topic: topic.to_owned(),
+                    code,
+                })
             }
         }
         self.wait_ready(topic).await
@@ -232,6 +223,64 @@ impl TopicManager {
     }
 }
 
+/// How a CreateTopics request ended well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Created {
+    Now,
+    /// Someone else created it first.
+    AlreadyThere,
+}
+
+/// Asks the cluster to create `new`. A refusal that a cluster in motion
+/// gives for a moment is asked again until [`CREATE_TIMEOUT`]: a KRaft
+/// controller fences a broker that missed its heartbeats (a paused or
+/// restarted broker) and, while too few are unfenced, refuses with
+/// INVALID_REPLICATION_FACTOR ("All brokers are currently fenced"), the
+/// same code a replication factor above the cluster's size gets. Seen
+/// after a broker's SIGCONT: fenced for 14 ms, long enough to stop a relay
+/// that took the code as final.
+pub(crate) async fn create_topic<C: ClientContext + 'static>(
+    admin: &AdminClient<C>,
+    new: &NewTopic<'_>,
+) -> Result<Created, RDKafkaErrorCode> {
+    let deadline = tokio::time::Instant::now() + CREATE_TIMEOUT;
+    let options = AdminOptions::new().operation_timeout(Some(CREATE_TIMEOUT));
+    loop {
+        let answer = match admin.create_topics([new], &options).await {
+            Ok(results) => results
+                .into_iter()
+                .next()
+                .map_or(Err(RDKafkaErrorCode::Fail), |r| r.map_err(|(_, code)| code)),
+            Err(e) => Err(e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail)),
+        };
+        match answer {
+            Ok(_) => return Ok(Created::Now),
+            Err(RDKafkaErrorCode::TopicAlreadyExists) => return Ok(Created::AlreadyThere),
+            Err(code)
+                if may_pass(code) && tokio::time::Instant::now() + CREATE_RETRY < deadline =>
+            {
+                tracing::debug!(topic = new.name, %code, "CreateTopics refused; asking again");
+                tokio::time::sleep(CREATE_RETRY).await;
+            }
+            Err(code) => return Err(code),
+        }
+    }
+}
+
+/// CreateTopics answers worth asking again within [`CREATE_TIMEOUT`]: the
+/// fenced-broker refusal above, and a controller that is moving or busy.
+fn may_pass(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::InvalidReplicationFactor
+            | C::NotController
+            | C::RequestTimedOut
+            | C::BrokerNotAvailable
+            | C::ThrottlingQuotaExceeded
+    )
+}
+
 fn topic_state(metadata: &Metadata, topic: &str) -> TopicState {
     let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
         return TopicState::Missing;
@@ -272,4 +321,26 @@ pub(crate) async fn describe_topic<C: ClientContext + 'static>(
     })
     .await
     .unwrap_or(Err(KafkaError::Canceled))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fenced_cluster_is_asked_again_a_forbidden_creation_is_not() {
+        // KRaft answers a CreateTopics with every broker fenced this way.
+        assert!(may_pass(RDKafkaErrorCode::InvalidReplicationFactor));
+        assert!(may_pass(RDKafkaErrorCode::NotController));
+        for code in [
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+            RDKafkaErrorCode::ClusterAuthorizationFailed,
+            RDKafkaErrorCode::InvalidTopic,
+            RDKafkaErrorCode::InvalidPartitions,
+            RDKafkaErrorCode::InvalidConfig,
+            RDKafkaErrorCode::PolicyViolation,
+        ] {
+            assert!(!may_pass(code), "{code:?}");
+        }
+    }
 }

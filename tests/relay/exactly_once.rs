@@ -169,25 +169,37 @@ async fn kill_9_twice_under_four_writers_repeats_nothing() {
 
 /// Waits (up to 300 s) until the newest ledger entry inside a split
 /// database transaction has at least `events` of it committed; returns it.
+/// On a timeout the panic shows the ledger's newest entries and the tail of
+/// `relay`'s log.
 pub(super) fn ledger_entry_inside(
     broker: &crate::harness::kafka::KafkaBroker,
     ledger_topic: &str,
     events: usize,
+    relay: &Relay,
 ) -> outboxd::progress::ledger::InsideTransaction {
+    const TIMEOUT: Duration = Duration::from_secs(300);
     tokio::task::block_in_place(|| {
-        let mut inside = None;
-        wait_for(
-            "a ledger entry inside the split transaction",
-            Duration::from_secs(300),
-            || {
-                inside = ledger_entries(broker, ledger_topic)
-                    .into_iter()
-                    .rev()
-                    .find_map(|(_, entry)| entry.inside);
-                inside.is_some_and(|i| i.events as usize >= events)
-            },
-        );
-        inside.unwrap()
+        let start = Instant::now();
+        loop {
+            let entries = ledger_entries(broker, ledger_topic);
+            let inside = entries.iter().rev().find_map(|(_, entry)| entry.inside);
+            if let Some(inside) = inside.filter(|i| i.events as usize >= events) {
+                return inside;
+            }
+            if start.elapsed() > TIMEOUT {
+                let log = relay.log();
+                let tail: Vec<&str> = log.lines().rev().take(80).collect();
+                panic!(
+                    "timed out after {TIMEOUT:?} waiting for a ledger entry {events} events \
+                     inside the split transaction; {} entries, the newest: {:?}; newest inside: \
+                     {inside:?}; the relay's log, newest line first:\n{}",
+                    entries.len(),
+                    entries.last(),
+                    tail.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     })
 }
 
@@ -232,7 +244,7 @@ async fn kill_9_inside_a_split_database_transaction_repeats_nothing() {
     });
     // Killed once the ledger holds a position in the middle of the
     // transaction.
-    let inside = ledger_entry_inside(broker, &ledger_topic, rows / 2);
+    let inside = ledger_entry_inside(broker, &ledger_topic, rows / 2, &relay);
     let peak_before = relay.peak_rss_kib();
     relay.signal("-KILL");
     assert!(relay.wait(Duration::from_secs(10)).is_some());

@@ -134,7 +134,7 @@ async fn a_standby_takes_over_inside_a_split_database_transaction_and_repeats_no
     });
     let mut writers = spawn_writers(&e, slot, 3_000, 2);
     writers.push(big);
-    let inside = ledger_entry_inside(broker, &ledger_topic, ROWS / 3);
+    let inside = ledger_entry_inside(broker, &ledger_topic, ROWS / 3, &active);
     active.signal("-KILL");
     let killed = Instant::now();
     assert!(active.wait(Duration::from_secs(10)).is_some());
