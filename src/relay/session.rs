@@ -259,7 +259,7 @@ impl<'a, D: Delivery> Session<'a, D> {
                     // Exactly-once: what was read until the stream drained
                     // is acked by its commit.
                     if D::TRANSACTIONAL && s.drained {
-                        let moved = s.window.position().through > s.committed;
+                        let moved = s.ledger_position().through > s.committed;
                         if s.delivery.open_transaction().is_some() || moved {
                             if let Some(end) = s.commit().await? {
                                 return Ok(end);

@@ -146,6 +146,11 @@ impl TableWatch {
         self.ceiling.clone()
     }
 
+    /// How far the last intact look vouches for the tables.
+    pub(super) fn vouched(&self) -> Lsn {
+        self.ceiling.get()
+    }
+
     /// Resolves when the table changed (with the halt reason) or the watch
     /// cannot look any more (see [`LOST_AFTER`]). Cancel-safe.
     pub(super) async fn news(&mut self) -> WatchNews {

@@ -28,7 +28,7 @@ pub(super) struct Halted {
     /// Keeps the cluster up.
     _e: Env,
     pub(super) relay: Relay,
-    port: u16,
+    pub(super) port: u16,
     /// The WAL position right after the change.
     pub(super) changed_at: Lsn,
 }
@@ -125,7 +125,7 @@ pub(super) async fn change_under_the_relay_in(
     }
 }
 
-fn readyz(port: u16) -> (u16, String) {
+pub(super) fn readyz(port: u16) -> (u16, String) {
     get(port, "/readyz").unwrap_or((0, "no answer".into()))
 }
 

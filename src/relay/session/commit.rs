@@ -15,7 +15,8 @@
 //! such sign: in a backlog the relay often outpaces the driver, and
 //! committing then cost 6 × the throughput.) An idle relay whose position
 //! moved past the ledger (WAL of other tables, keepalives) commits a
-//! transaction holding only the ledger entry, once per status interval.
+//! transaction holding only the ledger entry, once per status interval, no
+//! further than the table watch vouches for (as the slot).
 //!
 //! The slot is confirmed up to the last committed entry at most, so the
 //! ledger is never behind the slot: a restart skips what the ledger has
@@ -29,6 +30,7 @@ use tokio::time::Instant;
 use super::delivery::{Delivery, LedgerRecord};
 use super::ledger;
 use super::telemetry::TelemetryEvent;
+use super::window::Position;
 use super::{Session, SessionEnd};
 use crate::relay::RelayError;
 use crate::sink::{ledger_record, TransactionError};
@@ -52,15 +54,35 @@ impl<D: Delivery> Session<'_, D> {
                 })
             }
             None => {
-                let position = self.window.position();
-                if position.through <= self.committed || position.inside.is_some() {
+                let position = self.ledger_position();
+                if position.inside.is_some() {
                     return None;
+                }
+                if position.through <= self.committed {
+                    // Held back by the table watch alone: ask again once it
+                    // has looked (nothing else may wake an idle session).
+                    let held = self.window.position().through > self.committed;
+                    return held.then(|| now + self.settings.config.postgres.status_interval);
                 }
                 let writer = self.ledger_writer.as_ref()?;
                 let at = writer.due_at(position.through, now.into_std())?;
                 Some(Instant::from_std(at))
             }
         }
+    }
+
+    /// What the next ledger entry may say: the window's position, except
+    /// that a move without events stops at the table watch's ceiling, as
+    /// the slot does. Past it a table change may have kept events out of
+    /// the stream, and the entry would vouch for them (they come back only
+    /// by a backfill either way, but the halt names the ceiling).
+    pub(super) fn ledger_position(&self) -> Position {
+        let mut position = self.window.position();
+        if self.delivery.open_transaction().is_none() && position.inside.is_none() {
+            let vouched = self.table_watch.vouched().max(self.committed);
+            position.through = position.through.min(vouched);
+        }
+        position
     }
 
     /// Commits now if due (see [`Session::commit_due`]).
@@ -76,7 +98,7 @@ impl<D: Delivery> Session<'_, D> {
     /// window's position, then books its reports: acks, now that they are
     /// visible. Without an open one, commits the entry alone.
     pub(super) async fn commit(&mut self) -> Result<Option<SessionEnd>, RelayError> {
-        let position = self.window.position();
+        let position = self.ledger_position();
         let Some(writer) = &mut self.ledger_writer else {
             // Only before the server is known; never in a session.
             return Ok(None);
