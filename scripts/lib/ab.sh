@@ -100,7 +100,9 @@ CONF
     printf '[kafka.properties]\n%s\n%s\n' "$stats" "$extra" >>"$dir/$run.toml"
   fi
   start_consumer ab "$run" "$count" "$run.ab"
-  local started
+  local started host0 broker0
+  host0=$(host_ticks)
+  broker0=$(ticks "$KAFKA_PID")
   started=$(now_ms)
   "$binary" run --config "$dir/$run.toml" 2>>"$dir/$run.relay.log" &
   relay_pid=$!
@@ -110,6 +112,14 @@ CONF
   wait_consumer ab "$run"
   put "$run.cpu_ticks" "$(ticks "$relay_pid")"
   put "$run.peak_rss_kib" "$(peak_rss_kib "$relay_pid")"
+  # Where the host's two cores went: the broker, the walsender (its own
+  # process for this connection) and the host as a whole.
+  ab_put_host "$run" "$host0"
+  put "$run.broker_ticks" $(($(ticks "$KAFKA_PID") - broker0))
+  local walsender
+  walsender=$(servers_psql "$db" -At -c \
+    "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '$slot'")
+  put "$run.walsender_ticks" "$(ticks "${walsender:-0}")"
   sleep 1.2
   put "$run.produce_requests" "$(curl -s "http://127.0.0.1:$port/metrics" |
     awk '/^outboxd_kafka_produce_requests_total/ { n += $2 } END { print n + 0 }')"
@@ -117,12 +127,23 @@ CONF
 }
 
 ab_drain_ceiling() { # db slot run endpos
-  local db=$1 slot=$2 run=$3 endpos=$4 started
+  local db=$1 slot=$2 run=$3 endpos=$4 started host0
+  host0=$(host_ticks)
   started=$(now_ms)
   timeout 900 pg_recvlogical -d "$PG_URL_BASE/$db" -S "$slot" --start --no-loop --endpos="$endpos" \
     -o proto_version=1 -o publication_names=outboxd -f /dev/null 2>>"$out/ab/$run.log" ||
     { failures+=("$run: pg_recvlogical failed"); tail -n 5 "$out/ab/$run.log" >&2; }
   put "$run.drain_ms" $(($(now_ms) - started))
+  ab_put_host "$run" "$host0"
+}
+
+# The host's busy and total CPU ticks since HOST0 (host_ticks' output).
+ab_put_host() { # run host0
+  local -a was now
+  read -r -a was <<<"$2"
+  read -r -a now <<<"$(host_ticks)"
+  put "$1.host_busy_ticks" $((now[0] - was[0]))
+  put "$1.host_ticks" $((now[1] - was[1]))
 }
 
 ab_phase() { # txn reps

@@ -12,7 +12,15 @@ at the consumer), as in the main table; CPU per event is the process's CPU
 from its start to the last event; events per request is the drain's events
 over its produce requests (outboxd_kafka_produce_requests_total, "-" for a
 build without that counter).
+
+Under each shape, where B's drains spent the host's CPU: the relay, its
+walsender and the broker per event, the whole host busy (every process, the
+bench's consumer included) per event and as a share of its cores during B's
+drain and C's, and the cores B's per-event cost would need at 0.9 x C. Over
+the host's core count, 0.9 x the ceiling is out of this host's reach whatever
+the relay does.
 """
+import os
 import json
 import statistics
 import sys
@@ -56,6 +64,21 @@ def outboxd_run(txn, who, i):
     requests = num(f"{run}.produce_requests")
     per_request = n / requests if requests else None
     return eps, cpu, (rss / 1024 if rss else None), per_request
+
+
+def host_share(run):
+    """(busy µs per event, busy share of all cores) of one drain, or None."""
+    n = num(f"ab.{run.split('-')[1]}.events")
+    busy, total = num(f"{run}.host_busy_ticks"), num(f"{run}.host_ticks")
+    if not n or not busy or not total:
+        return None
+    return busy / tck * 1e6 / n, busy / total
+
+
+def per_event(run, key):
+    n = num(f"ab.{run.split('-')[1]}.events")
+    t = num(f"{run}.{key}")
+    return t / tck * 1e6 / n if n and t is not None else None
 
 
 def ceiling_run(txn, i):
@@ -122,6 +145,27 @@ for txn in shapes:
           f"{med('bcpu', '{:.1f}')} | {med('arss', '{:.1f}')} | {med('brss', '{:.1f}')} | "
           f"{med('areq', '{:.1f}')} | {med('breq', '{:.1f}')} |")
     print()
+    cores = os.cpu_count() or 1
+    budget = []
+    for i in range(1, reps + 1):
+        run = f"ab-{txn}-head-{i}"
+        host, chost = host_share(run), host_share(f"ab-{txn}-ceiling-{i}")
+        c = ceiling_run(txn, i)
+        if host:
+            budget.append((i, per_event(run, "cpu_ticks"), per_event(run, "walsender_ticks"),
+                           per_event(run, "broker_ticks"), host[0], host[1], chost and chost[1],
+                           c and host[0] * 0.9 * c / 1e6))
+    if budget:
+        print(f"Where B's drains spent the host's {cores} cores (µs per event; busy = every process):")
+        print()
+        print("| round | relay | walsender | broker | host busy | host busy % (B) | host busy % (C) "
+              "| cores B needs at 0.9 x C |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for i, relay, ws, broker, busy, share, cshare, need in budget:
+            print(f"| {i} | {f(relay, '{:.1f}')} | {f(ws, '{:.1f}')} | {f(broker, '{:.1f}')} | "
+                  f"{f(busy, '{:.1f}')} | {f(share and share * 100, '{:.0f}')} | "
+                  f"{f(cshare and cshare * 100, '{:.0f}')} | {f(need, '{:.2f}')} |")
+        print()
     if cols["bc"]:
         print(f"B at >= 0.9 x the ceiling in {sum(v >= 0.9 for v in cols['bc'])} of {len(cols['bc'])} rounds "
               f"(lowest {min(cols['bc']):.2f}); B peak RSS max {max(cols['brss'] or [0]):.1f} MiB.")

@@ -33,4 +33,11 @@ ticks() {
   read -r -a f <<<"${stat##*) }" # f[0] is field 3 (state)
   echo $((f[11] + f[12]))
 }
+# The whole host's CPU ticks so far, busy and in all ("busy total"), from
+# /proc/stat's first line: user nice system idle iowait irq softirq steal.
+host_ticks() {
+  local -a f
+  read -r -a f </proc/stat
+  echo "$((f[1] + f[2] + f[3] + f[6] + f[7] + f[8])) $((f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7] + f[8]))"
+}
 peak_rss_kib() { sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$1/status" 2>/dev/null || echo 0; }
