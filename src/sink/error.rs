@@ -9,6 +9,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::delivery::FailureKind;
+use super::topics::CREATE_TIMEOUT;
 
 /// A `[kafka]` setting that outboxd cannot run with. Always names the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -104,7 +105,7 @@ impl SinkError {
                 false
             }
             SinkError::Topic { code, .. } | SinkError::CreateTopic { code, .. } => {
-                !is_permanent_admin_error(*code)
+                AdminRefusal::of(*code).reconnect_may_help()
             }
             SinkError::Metadata { .. }
             | SinkError::TopicNotReady { .. }
@@ -131,37 +132,73 @@ pub(super) fn creation_error(
 }
 
 /// What to change when CreateTopics keeps refusing with `code`.
-fn creation_hint(code: RDKafkaErrorCode) -> &'static str {
+fn creation_hint(code: RDKafkaErrorCode) -> String {
     use RDKafkaErrorCode as C;
     match code {
-        C::InvalidReplicationFactor => {
+        C::InvalidReplicationFactor => format!(
             "; the cluster has fewer unfenced brokers than kafka.topic_replication_factor \
-             (asked again for 30 s)"
-        }
+             (asked again for {} s)",
+            CREATE_TIMEOUT.as_secs()
+        ),
         C::TopicAuthorizationFailed | C::ClusterAuthorizationFailed => {
             "; grant the principal CREATE, or create the topic and set kafka.create_topics = false"
+                .to_owned()
         }
-        _ => "",
+        _ => String::new(),
     }
 }
 
-/// Broker answers to a metadata or CreateTopics request that will not change
-/// by asking again.
-fn is_permanent_admin_error(code: RDKafkaErrorCode) -> bool {
-    use RDKafkaErrorCode as C;
-    matches!(
-        code,
-        C::TopicAuthorizationFailed
+/// How a broker's refusal of a metadata or CreateTopics request is met. One
+/// table answers both questions: whether to ask again within the call
+/// ([`create_topic`](super::topics::create_topic)), and whether a reconnect
+/// may help once the call gave up ([`SinkError::is_retryable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AdminRefusal {
+    /// A controller moving or busy: asked again within the call, and a
+    /// reconnect may help after it.
+    Passing,
+    /// INVALID_REPLICATION_FACTOR: a KRaft cluster with every broker fenced
+    /// (a paused or restarted broker) answers it for a moment, a replication
+    /// factor above the cluster's size for ever. Asked again within the
+    /// call; after it, the user's to fix.
+    PassingOrSetting,
+    /// Will not change by asking again: a setting, an ACL or the topic.
+    Setting,
+    /// Anything else: a reconnect may help.
+    Other,
+}
+
+impl AdminRefusal {
+    pub(super) fn of(code: RDKafkaErrorCode) -> AdminRefusal {
+        use RDKafkaErrorCode as C;
+        match code {
+            C::NotController
+            | C::RequestTimedOut
+            | C::BrokerNotAvailable
+            | C::ThrottlingQuotaExceeded => AdminRefusal::Passing,
+            C::InvalidReplicationFactor => AdminRefusal::PassingOrSetting,
+            C::TopicAuthorizationFailed
             | C::ClusterAuthorizationFailed
             | C::InvalidTopic
             | C::InvalidPartitions
-            | C::InvalidReplicationFactor
             | C::InvalidReplicaAssignment
             | C::InvalidConfig
             | C::InvalidRequest
             | C::PolicyViolation
-            | C::UnsupportedVersion
-    )
+            | C::UnsupportedVersion => AdminRefusal::Setting,
+            _ => AdminRefusal::Other,
+        }
+    }
+
+    /// Worth asking again within one call.
+    pub(super) fn may_pass(self) -> bool {
+        matches!(self, AdminRefusal::Passing | AdminRefusal::PassingOrSetting)
+    }
+
+    /// Whether a reconnect may help once the call gave up.
+    fn reconnect_may_help(self) -> bool {
+        matches!(self, AdminRefusal::Passing | AdminRefusal::Other)
+    }
 }
 
 /// Why [`KafkaSink::send`](super::KafkaSink::send) did not enqueue a record.
@@ -227,5 +264,28 @@ mod tests {
             code: RDKafkaErrorCode::TopicAuthorizationFailed,
         };
         assert!(e.to_string().contains("kafka.create_topics = false"), "{e}");
+    }
+
+    #[test]
+    fn one_table_says_whether_to_ask_again_and_whether_to_reconnect() {
+        use RDKafkaErrorCode as C;
+        // (code, asked again within the call, a reconnect may help after it)
+        for (code, ask_again, reconnect) in [
+            (C::NotController, true, true),
+            (C::RequestTimedOut, true, true),
+            (C::InvalidReplicationFactor, true, false),
+            (C::TopicAuthorizationFailed, false, false),
+            (C::PolicyViolation, false, false),
+            (C::LeaderNotAvailable, false, true),
+        ] {
+            let refusal = AdminRefusal::of(code);
+            assert_eq!(refusal.may_pass(), ask_again, "{code:?}");
+            assert_eq!(refusal.reconnect_may_help(), reconnect, "{code:?}");
+        }
+        let hint = creation_hint(C::InvalidReplicationFactor);
+        assert!(
+            hint.contains(&format!("{} s", CREATE_TIMEOUT.as_secs())),
+            "{hint}"
+        );
     }
 }

@@ -37,7 +37,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::config::{admin_client_config, client_config};
 use super::delivery;
 use super::error::SinkError;
-use super::topics::{create_topic, Created};
+use super::topics::{create_topic, Created, READY_TIMEOUT};
 use crate::config::KafkaConfig;
 use crate::progress::ledger::{LedgerEntry, LedgerFormatError, LedgerIdentity};
 
@@ -48,9 +48,6 @@ pub const LEDGER_TOPIC_PARTITIONS: i32 = 1;
 const COMPACT: &str = "compact";
 /// One metadata or DescribeConfigs round trip, as the topic manager allows.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
-/// Creating the topic and its partition getting a leader (Kafka's own tools
-/// wait 30 s).
-const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Reading the whole topic: a few records per relay, so seconds at most on
 /// a reachable cluster; 30 s covers a broker that is slow to serve fetches.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -369,7 +366,7 @@ impl LedgerTopic {
     async fn wait_writable(&self) -> Result<(), LedgerTopicError> {
         let (admin, topic) = (Arc::clone(&self.admin), self.topic.clone());
         let ready = tokio::task::spawn_blocking(move || {
-            let deadline = Instant::now() + CREATE_TIMEOUT;
+            let deadline = Instant::now() + READY_TIMEOUT;
             while Instant::now() < deadline {
                 if let Ok(md) = admin.inner().fetch_metadata(Some(&topic), POLL * 10) {
                     let writable =
@@ -401,7 +398,7 @@ impl LedgerTopic {
         } else {
             Err(SinkError::TopicNotReady {
                 topic: self.topic.clone(),
-                waited: CREATE_TIMEOUT,
+                waited: READY_TIMEOUT,
             }
             .into())
         }

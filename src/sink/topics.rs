@@ -18,7 +18,7 @@ use rdkafka::ClientContext;
 
 use super::config::admin_client_config;
 use super::delivery;
-use super::error::{creation_error, SinkError};
+use super::error::{creation_error, AdminRefusal, SinkError};
 use crate::config::KafkaConfig;
 
 /// One metadata round trip. Ample for a reachable cluster; when it is not,
@@ -26,10 +26,10 @@ use crate::config::KafkaConfig;
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the controller may take to create a topic before CreateTopics
 /// answers (Kafka's own admin tools wait 30 s).
-const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Until every partition of a created topic has a leader. Usually well under
 /// a second; 30 s covers a busy controller.
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Between two CreateTopics requests the cluster refused for the moment.
 const CREATE_RETRY: Duration = Duration::from_millis(500);
 /// Between two metadata checks while waiting for leaders.
@@ -257,7 +257,8 @@ pub(crate) async fn create_topic<C: ClientContext + 'static>(
             Ok(_) => return Ok(Created::Now),
             Err(RDKafkaErrorCode::TopicAlreadyExists) => return Ok(Created::AlreadyThere),
             Err(code)
-                if may_pass(code) && tokio::time::Instant::now() + CREATE_RETRY < deadline =>
+                if AdminRefusal::of(code).may_pass()
+                    && tokio::time::Instant::now() + CREATE_RETRY < deadline =>
             {
                 tracing::debug!(topic = new.name, %code, "CreateTopics refused; asking again");
                 tokio::time::sleep(CREATE_RETRY).await;
@@ -265,20 +266,6 @@ pub(crate) async fn create_topic<C: ClientContext + 'static>(
             Err(code) => return Err(code),
         }
     }
-}
-
-/// CreateTopics answers worth asking again within [`CREATE_TIMEOUT`]: the
-/// fenced-broker refusal above, and a controller that is moving or busy.
-fn may_pass(code: RDKafkaErrorCode) -> bool {
-    use RDKafkaErrorCode as C;
-    matches!(
-        code,
-        C::InvalidReplicationFactor
-            | C::NotController
-            | C::RequestTimedOut
-            | C::BrokerNotAvailable
-            | C::ThrottlingQuotaExceeded
-    )
 }
 
 fn topic_state(metadata: &Metadata, topic: &str) -> TopicState {
@@ -330,8 +317,8 @@ mod tests {
     #[test]
     fn a_fenced_cluster_is_asked_again_a_forbidden_creation_is_not() {
         // KRaft answers a CreateTopics with every broker fenced this way.
-        assert!(may_pass(RDKafkaErrorCode::InvalidReplicationFactor));
-        assert!(may_pass(RDKafkaErrorCode::NotController));
+        assert!(AdminRefusal::of(RDKafkaErrorCode::InvalidReplicationFactor).may_pass());
+        assert!(AdminRefusal::of(RDKafkaErrorCode::NotController).may_pass());
         for code in [
             RDKafkaErrorCode::TopicAuthorizationFailed,
             RDKafkaErrorCode::ClusterAuthorizationFailed,
@@ -340,7 +327,7 @@ mod tests {
             RDKafkaErrorCode::InvalidConfig,
             RDKafkaErrorCode::PolicyViolation,
         ] {
-            assert!(!may_pass(code), "{code:?}");
+            assert!(!AdminRefusal::of(code).may_pass(), "{code:?}");
         }
     }
 }
