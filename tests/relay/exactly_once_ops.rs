@@ -70,19 +70,53 @@ async fn a_slot_dropped_under_an_exactly_once_relay_stops_it_and_what_it_wrote_i
 /// position).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recreated_outbox_table_halts_an_exactly_once_relay_with_its_ledger_before_the_change() {
-    let slot = "eos_recreated";
+    halts_with_its_ledger_before_the_change(
+        "eos_recreated",
+        RECREATE_OUTBOX,
+        &["was dropped or renamed", "was replaced"],
+    )
+    .await;
+}
+
+/// The outbox table renamed with a new one in its place: as re-created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_outbox_table_halts_an_exactly_once_relay_with_its_ledger_before_the_change() {
+    halts_with_its_ledger_before_the_change(
+        "eos_renamed",
+        "ALTER TABLE outbox RENAME TO outbox_2025; \
+         CREATE TABLE outbox (LIKE outbox_2025 INCLUDING ALL)",
+        &["was dropped or renamed", "was replaced"],
+    )
+    .await;
+}
+
+/// The outbox table taken out of the publication: its inserts are no
+/// longer in the stream, and the walsender's keepalives carry the stream
+/// past them, so only the table watch's ceiling keeps the ledger before
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpublished_outbox_table_halts_an_exactly_once_relay_with_its_ledger_before_the_change()
+{
+    halts_with_its_ledger_before_the_change(
+        "eos_unpublished",
+        "ALTER PUBLICATION outboxd DROP TABLE outbox",
+        &["left the publication"],
+    )
+    .await;
+}
+
+/// Runs `change` under an exactly-once relay and checks that it halted
+/// naming one of `changes`, and that no ledger entry passes the position
+/// the halt names, which is before the change.
+async fn halts_with_its_ledger_before_the_change(slot: &str, change: &str, changes: &[&str]) {
     let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
     let mode = RelayMode {
         extra: EXACTLY_ONCE,
         ledger_topic: Some(&ledger_topic),
         read: ReadBack::ToEnd,
     };
-    let h = change_under_the_relay_in(slot, &mode, RECREATE_OUTBOX).await;
-    assert_halted(
-        &h,
-        &["was dropped or renamed", "was replaced"],
-        &["ADD TABLE \"public\".\"outbox\""],
-    );
+    let h = change_under_the_relay_in(slot, &mode, change).await;
+    assert_halted(&h, changes, &["ADD TABLE \"public\".\"outbox\""]);
     let entries = tokio::task::block_in_place(|| ledger_entries(shared(), &ledger_topic));
     assert!(
         !entries.is_empty(),
@@ -91,7 +125,7 @@ async fn a_recreated_outbox_table_halts_an_exactly_once_relay_with_its_ledger_be
     );
     let last = &entries.last().unwrap().1;
     eprintln!(
-        "exactly-once, table re-created: halted; {} ledger entries, the last at {} (change at {})",
+        "exactly-once, {slot}: halted; {} ledger entries, the last at {} (change at {})",
         entries.len(),
         last.confirmed_lsn,
         h.changed_at
