@@ -66,19 +66,20 @@ def outboxd_run(txn, who, i):
     return eps, cpu, (rss / 1024 if rss else None), per_request
 
 
-def host_share(run):
-    """(busy µs per event, busy share of all cores) of one drain, or None."""
-    n = num(f"ab.{run.split('-')[1]}.events")
-    busy, total = num(f"{run}.host_busy_ticks"), num(f"{run}.host_ticks")
-    if not n or not busy or not total:
-        return None
-    return busy / tck * 1e6 / n, busy / total
-
-
 def per_event(run, key):
+    """CPU µs per event of one drain's ticks `key`, or None."""
     n = num(f"ab.{run.split('-')[1]}.events")
     t = num(f"{run}.{key}")
     return t / tck * 1e6 / n if n and t is not None else None
+
+
+def host_share(run):
+    """(busy µs per event, busy share of all cores) of one drain, or None."""
+    busy, total = num(f"{run}.host_busy_ticks"), num(f"{run}.host_ticks")
+    per = per_event(run, "host_busy_ticks")
+    if per is None or not busy or not total:
+        return None
+    return per, busy / total
 
 
 def ceiling_run(txn, i):

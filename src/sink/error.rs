@@ -273,8 +273,13 @@ mod tests {
         for (code, ask_again, reconnect) in [
             (C::NotController, true, true),
             (C::RequestTimedOut, true, true),
+            // KRaft answers a CreateTopics with every broker fenced this way.
             (C::InvalidReplicationFactor, true, false),
             (C::TopicAuthorizationFailed, false, false),
+            (C::ClusterAuthorizationFailed, false, false),
+            (C::InvalidTopic, false, false),
+            (C::InvalidPartitions, false, false),
+            (C::InvalidConfig, false, false),
             (C::PolicyViolation, false, false),
             (C::LeaderNotAvailable, false, true),
         ] {

@@ -309,25 +309,3 @@ pub(crate) async fn describe_topic<C: ClientContext + 'static>(
     .await
     .unwrap_or(Err(KafkaError::Canceled))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_fenced_cluster_is_asked_again_a_forbidden_creation_is_not() {
-        // KRaft answers a CreateTopics with every broker fenced this way.
-        assert!(AdminRefusal::of(RDKafkaErrorCode::InvalidReplicationFactor).may_pass());
-        assert!(AdminRefusal::of(RDKafkaErrorCode::NotController).may_pass());
-        for code in [
-            RDKafkaErrorCode::TopicAuthorizationFailed,
-            RDKafkaErrorCode::ClusterAuthorizationFailed,
-            RDKafkaErrorCode::InvalidTopic,
-            RDKafkaErrorCode::InvalidPartitions,
-            RDKafkaErrorCode::InvalidConfig,
-            RDKafkaErrorCode::PolicyViolation,
-        ] {
-            assert!(!AdminRefusal::of(code).may_pass(), "{code:?}");
-        }
-    }
-}

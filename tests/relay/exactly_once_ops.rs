@@ -18,7 +18,8 @@ use super::slot_loss::slot_dropped_under_the_relay;
 use super::standby::readyz_until;
 use super::support::{aggregates, env, ledger_entries, use_ledger_topic, ReadBack};
 use super::table_watch::{
-    assert_halted, change_under_the_relay_in, readyz, RelayMode, RECREATE_OUTBOX,
+    assert_halted, change_under_the_relay_in, readyz, RelayMode, RECREATE_OUTBOX, RENAME_OUTBOX,
+    UNPUBLISH_OUTBOX,
 };
 use crate::harness::kafka::shared;
 
@@ -83,8 +84,7 @@ async fn a_recreated_outbox_table_halts_an_exactly_once_relay_with_its_ledger_be
 async fn a_renamed_outbox_table_halts_an_exactly_once_relay_with_its_ledger_before_the_change() {
     halts_with_its_ledger_before_the_change(
         "eos_renamed",
-        "ALTER TABLE outbox RENAME TO outbox_2025; \
-         CREATE TABLE outbox (LIKE outbox_2025 INCLUDING ALL)",
+        RENAME_OUTBOX,
         &["was dropped or renamed", "was replaced"],
     )
     .await;
@@ -99,7 +99,7 @@ async fn an_unpublished_outbox_table_halts_an_exactly_once_relay_with_its_ledger
 {
     halts_with_its_ledger_before_the_change(
         "eos_unpublished",
-        "ALTER PUBLICATION outboxd DROP TABLE outbox",
+        UNPUBLISH_OUTBOX,
         &["left the publication"],
     )
     .await;

@@ -24,6 +24,13 @@ pub(super) const RECREATE_OUTBOX: &str = "DROP TABLE outbox; \
        aggregate_type text NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL, \
        payload jsonb NOT NULL, headers jsonb, created_at timestamptz NOT NULL DEFAULT now())";
 
+/// The outbox table renamed, with a new one created in its place.
+pub(super) const RENAME_OUTBOX: &str = "ALTER TABLE outbox RENAME TO outbox_2025; \
+     CREATE TABLE outbox (LIKE outbox_2025 INCLUDING ALL)";
+
+/// The outbox table taken out of the publication.
+pub(super) const UNPUBLISH_OUTBOX: &str = "ALTER PUBLICATION outboxd DROP TABLE outbox";
+
 pub(super) struct Halted {
     /// Keeps the cluster up.
     _e: Env,
@@ -162,12 +169,7 @@ async fn dropped_and_recreated_table_halts_before_its_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renamed_table_with_a_new_one_in_its_place_halts_before_its_events() {
-    let h = change_under_the_relay(
-        "renamed",
-        "ALTER TABLE outbox RENAME TO outbox_2025; \
-         CREATE TABLE outbox (LIKE outbox_2025 INCLUDING ALL)",
-    )
-    .await;
+    let h = change_under_the_relay("renamed", RENAME_OUTBOX).await;
     assert_halted(
         &h,
         &["was dropped or renamed", "was replaced"],
@@ -177,8 +179,7 @@ async fn renamed_table_with_a_new_one_in_its_place_halts_before_its_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_removed_from_the_publication_halts_before_its_events() {
-    let h =
-        change_under_the_relay("unpublished", "ALTER PUBLICATION outboxd DROP TABLE outbox").await;
+    let h = change_under_the_relay("unpublished", UNPUBLISH_OUTBOX).await;
     assert_halted(
         &h,
         &["left the publication"],
