@@ -196,6 +196,9 @@ impl RelayLedger {
         start.inside = ledger
             .filter(|l| l.identity() == identity && l.timeline == found.timeline)
             .and_then(|l| l.inside);
+        if let Some(inside) = start.inside {
+            tracing::info!(slot = %self.slot, commit_lsn = %inside.commit_lsn, events = inside.events, "resuming inside a database transaction split over Kafka transactions: its first events are in Kafka already and are skipped");
+        }
         start.identity = Some(identity);
         start.timeline = found.timeline;
         let plan = match decision {

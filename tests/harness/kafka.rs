@@ -523,6 +523,56 @@ impl KafkaBroker {
     }
 }
 
+/// A `read_committed` consumer that stays assigned to a topic from its
+/// beginning: it sees each record within a poll of its commit, where
+/// reading the topic again from the start takes a second or two (a new
+/// client, its metadata, its fetches). Tests that must act while the relay
+/// is in a given place follow it with this.
+pub struct Tail {
+    consumer: BaseConsumer,
+    topic: String,
+}
+
+impl KafkaBroker {
+    /// A tail of `topic`; it waits up to `timeout` for the topic's metadata
+    /// (the code under test may create it).
+    pub fn tail(&self, topic: &str, timeout: Duration) -> Tail {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set(
+                "group.id",
+                format!("outboxd-harness-tail-{}", std::process::id()),
+            )
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .set("isolation.level", "read_committed")
+            .set("fetch.wait.max.ms", "10")
+            .create()
+            .expect("kafka consumer");
+        assign_from_start(&consumer, topic, Instant::now() + timeout)
+            .unwrap_or_else(|| panic!("tail({topic}): no metadata in {timeout:?}"));
+        Tail {
+            consumer,
+            topic: topic.to_string(),
+        }
+    }
+}
+
+impl Tail {
+    /// The next committed record, or `None` after `wait`.
+    pub fn next(&self, wait: Duration) -> Option<Record> {
+        match self.consumer.poll(wait) {
+            None => None,
+            Some(Ok(m)) => Some(to_record(&m)),
+            Some(Err(e)) => {
+                eprintln!("tail({}): {e}", self.topic);
+                None
+            }
+        }
+    }
+}
+
 /// Assigns every partition of `topic` from its beginning and returns their
 /// ids; `None` without metadata by `deadline`. The topic may not exist yet
 /// (the code under test creates it) or the broker may be paused or
