@@ -15,7 +15,7 @@ use super::exactly_once::{
     EXACTLY_ONCE,
 };
 use super::faults::join;
-use super::slot_loss::slot_dropped_under_the_relay;
+use super::slot_loss::{failover_without_a_failover_slot, slot_dropped_under_the_relay};
 use super::standby::readyz_until;
 use super::support::{aggregates, env, ledger_entries, use_ledger_topic, ReadBack};
 use super::table_watch::{
@@ -148,6 +148,19 @@ async fn halts_with_its_ledger_before_the_change(slot: &str, change: &str, chang
             h.relay.log()
         );
     }
+}
+
+/// A failover to a standby without a failover slot (PostgreSQL before 17,
+/// or none configured) while Kafka is down: an exactly-once relay stops
+/// naming the gap, as at-least-once does, the restart refuses, and the way
+/// back (backfill, `--accept-gap`) brings every event; what the relay wrote
+/// itself is there once, before the failover and after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_without_a_failover_slot_stops_an_exactly_once_relay_and_what_it_wrote_is_there_once(
+) {
+    let repeated =
+        failover_without_a_failover_slot("eos_failover15", "delivery = \"exactly-once\"\n").await;
+    assert_eq!(repeated, 0, "the relay's own records repeated");
 }
 
 /// A database transaction split over Kafka transactions is in flight when

@@ -10,7 +10,7 @@
 //! naming the gap from the position ledger: before the ledger was wired
 //! into `run`, it created a new slot and skipped the gap silently.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -244,13 +244,19 @@ pub(super) async fn slot_dropped_under_the_relay(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_to_a_promoted_standby_with_kafka_down_refuses_naming_the_gap_and_backfill_recovers(
 ) {
+    failover_without_a_failover_slot("failover15", "").await;
+}
+
+/// The failover above, for a relay whose `[relay]` table also holds
+/// `relay_extra`. Returns how many events the relay itself (not the
+/// backfill) wrote more than once.
+pub(super) async fn failover_without_a_failover_slot(slot: &str, relay_extra: &str) -> usize {
     let broker = tokio::task::block_in_place(KafkaBroker::start);
-    let slot = "failover15";
     let ledger_topic = format!("{slot}-ledger");
     let e = env(
         broker.bootstrap(),
         slot,
-        "[relay]\nreconnect_backoff_max = \"1s\"\n",
+        &format!("[relay]\nreconnect_backoff_max = \"1s\"\n{relay_extra}"),
     );
     use_ledger_topic(&e, &ledger_topic);
     let mut standby = tokio::task::block_in_place(|| start_standby(&e.pg, "standby1"));
@@ -421,17 +427,23 @@ async fn failover_to_a_promoted_standby_with_kafka_down_refuses_naming_the_gap_a
         )
     });
     // Every duplicate is flagged: one of its copies came from the backfill.
-    let flagged: HashSet<String> = tokio::task::block_in_place(|| {
+    let records = tokio::task::block_in_place(|| {
         ["payment", "order"]
             .iter()
-            .flat_map(|kind| {
-                let topic = format!("{slot}.{kind}");
-                b.consume_all(&topic, b.record_count(&topic), Duration::from_secs(60))
-            })
-            .filter(|r| r.header(BACKFILL_HEADER).is_some())
-            .map(|r| String::from_utf8(r.header("id").unwrap().to_vec()).unwrap())
-            .collect()
+            .flat_map(|kind| b.consume_to_end(&format!("{slot}.{kind}"), Duration::from_secs(60)))
+            .collect::<Vec<_>>()
     });
+    let mut flagged: HashSet<String> = HashSet::new();
+    let mut relayed: HashMap<String, usize> = HashMap::new();
+    for r in &records {
+        let id = String::from_utf8(r.header("id").unwrap().to_vec()).unwrap();
+        if r.header(BACKFILL_HEADER).is_some() {
+            flagged.insert(id);
+        } else {
+            *relayed.entry(id).or_default() += 1;
+        }
+    }
+    let repeated = relayed.values().filter(|&&n| n > 1).count();
     let unflagged = v.duplicated_ids.difference(&flagged).count();
     assert_eq!(unflagged, 0, "duplicates without a backfilled copy");
     let gap_ids: HashSet<&str> = while_down
@@ -443,8 +455,8 @@ async fn failover_to_a_promoted_standby_with_kafka_down_refuses_naming_the_gap_a
     eprintln!(
         "failover to a promoted standby (PostgreSQL {}) with Kafka down: {} committed ({} while \
          Kafka was down, {} on the new primary before the relay), 0 lost, {} delivered, {} \
-         duplicates (all flagged); ledger at {} (commit time {since}); gap events backfilled: \
-         {gap_backfilled} of {}; backfill: {}",
+         duplicates (all flagged; the relay's own records repeated: {repeated}); ledger at {} \
+         (commit time {since}); gap events backfilled: {gap_backfilled} of {}; backfill: {}",
         standby.major(),
         sent.len(),
         while_down.len(),
@@ -456,4 +468,5 @@ async fn failover_to_a_promoted_standby_with_kafka_down_refuses_naming_the_gap_a
         String::from_utf8_lossy(&out.stdout).trim()
     );
     assert_eq!(v.delivered, sent.len());
+    repeated
 }
