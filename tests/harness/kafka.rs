@@ -433,16 +433,7 @@ impl KafkaBroker {
             std::process::id(),
             GROUP_SEQ.fetch_add(1, Ordering::SeqCst)
         );
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
-            .set("isolation.level", "read_committed")
-            .set("fetch.wait.max.ms", "100")
-            .create()
-            .expect("kafka consumer");
+        let consumer = self.reader(&group, false, 100);
 
         let Some(_) = assign_from_start(&consumer, topic, deadline) else {
             eprintln!(
@@ -487,19 +478,11 @@ impl KafkaBroker {
     /// metadata.
     pub fn consume_to_end(&self, topic: &str, timeout: Duration) -> Vec<Record> {
         let deadline = Instant::now() + timeout;
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .set(
-                "group.id",
-                format!("outboxd-harness-end-{}", std::process::id()),
-            )
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "true")
-            .set("isolation.level", "read_committed")
-            .set("fetch.wait.max.ms", "100")
-            .create()
-            .expect("kafka consumer");
+        let consumer = self.reader(
+            &format!("outboxd-harness-end-{}", std::process::id()),
+            true,
+            100,
+        );
         let Some(parts) = assign_from_start(&consumer, topic, deadline) else {
             return Vec::new();
         };
@@ -537,19 +520,11 @@ impl KafkaBroker {
     /// A tail of `topic`; it waits up to `timeout` for the topic's metadata
     /// (the code under test may create it).
     pub fn tail(&self, topic: &str, timeout: Duration) -> Tail {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .set(
-                "group.id",
-                format!("outboxd-harness-tail-{}", std::process::id()),
-            )
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
-            .set("isolation.level", "read_committed")
-            .set("fetch.wait.max.ms", "10")
-            .create()
-            .expect("kafka consumer");
+        let consumer = self.reader(
+            &format!("outboxd-harness-tail-{}", std::process::id()),
+            false,
+            10,
+        );
         assign_from_start(&consumer, topic, Instant::now() + timeout)
             .unwrap_or_else(|| panic!("tail({topic}): no metadata in {timeout:?}"));
         Tail {
@@ -570,6 +545,24 @@ impl Tail {
                 None
             }
         }
+    }
+}
+
+impl KafkaBroker {
+    /// A `read_committed` consumer that never joins its group or commits
+    /// (the readers assign partitions themselves; librdkafka still wants a
+    /// `group.id`), reporting each partition's end when `eof`.
+    fn reader(&self, group: &str, eof: bool, fetch_wait_ms: u32) -> BaseConsumer {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", eof.to_string())
+            .set("isolation.level", "read_committed")
+            .set("fetch.wait.max.ms", fetch_wait_ms.to_string())
+            .create()
+            .expect("kafka consumer")
     }
 }
 
