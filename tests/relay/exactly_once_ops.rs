@@ -5,10 +5,8 @@
 //! where an exactly-once relay starts whatever the slot says, never vouches
 //! for a position past what Kafka holds.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
-
-use outboxd::cli::backfill::BACKFILL_HEADER;
 
 use super::exactly_once::{
     active_and_standby, assert_resumed_inside, ledger_entry_inside, spawn_writers, verify_once,
@@ -17,7 +15,7 @@ use super::exactly_once::{
 use super::faults::join;
 use super::slot_loss::{failover_without_a_failover_slot, slot_dropped_under_the_relay};
 use super::standby::readyz_until;
-use super::support::{aggregates, env, ledger_entries, use_ledger_topic, ReadBack};
+use super::support::{aggregates, env, ledger_entries, use_ledger_topic, Copies, ReadBack};
 use super::table_watch::{
     assert_halted, change_under_the_relay_in, readyz, RelayMode, RECREATE_OUTBOX, RENAME_OUTBOX,
     UNPUBLISH_OUTBOX,
@@ -34,28 +32,15 @@ async fn a_slot_dropped_under_an_exactly_once_relay_stops_it_and_what_it_wrote_i
         slot_dropped_under_the_relay("eos_slotloss", EXACTLY_ONCE, ReadBack::ToEnd).await;
     let broker = shared();
     let topics: HashSet<&str> = sent.iter().map(|s| s.topic.as_str()).collect();
-    let mut relayed: HashMap<Vec<u8>, usize> = HashMap::new();
-    let mut backfilled = 0;
-    for topic in topics {
-        let records =
-            tokio::task::block_in_place(|| broker.consume_to_end(topic, Duration::from_secs(60)));
-        for r in records {
-            if r.header(BACKFILL_HEADER).is_some() {
-                backfilled += 1;
-            } else {
-                *relayed
-                    .entry(r.header("id").expect("id header").to_vec())
-                    .or_default() += 1;
-            }
-        }
-    }
-    let repeated = relayed.values().filter(|&&n| n > 1).count();
+    let copies = Copies::read(broker, topics);
+    let repeated = copies.repeated();
+    let backfilled = copies.backfilled.len();
     eprintln!(
         "exactly-once, slot dropped: {} committed, {} delivered, {} relayed by the relay \
          ({repeated} more than once), {backfilled} backfilled",
         sent.len(),
         v.delivered,
-        relayed.len()
+        copies.relayed.len()
     );
     assert!(backfilled > 0, "the backfill sent nothing");
     assert_eq!(repeated, 0, "the relay's own records repeated");

@@ -10,15 +10,13 @@
 //! naming the gap from the position ledger: before the ledger was wired
 //! into `run`, it created a new slot and skipped the gap silently.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use outboxd::cli::backfill::BACKFILL_HEADER;
-
 use super::support::{
     aggregates, confirmed_lsn, env, ledger_entries, lsn_now, payload_texts, use_ledger_topic,
-    verify_checking, verify_reading, wait_for, Env, ReadBack, Relay, Sent, Verdict,
+    verify_checking, verify_reading, wait_for, Copies, Env, ReadBack, Relay, Sent, Verdict,
 };
 use crate::harness::kafka::{shared, KafkaBroker};
 use crate::harness::outboxd::bin;
@@ -427,24 +425,10 @@ pub(super) async fn failover_without_a_failover_slot(slot: &str, relay_extra: &s
         )
     });
     // Every duplicate is flagged: one of its copies came from the backfill.
-    let records = tokio::task::block_in_place(|| {
-        ["payment", "order"]
-            .iter()
-            .flat_map(|kind| b.consume_to_end(&format!("{slot}.{kind}"), Duration::from_secs(60)))
-            .collect::<Vec<_>>()
-    });
-    let mut flagged: HashSet<String> = HashSet::new();
-    let mut relayed: HashMap<String, usize> = HashMap::new();
-    for r in &records {
-        let id = String::from_utf8(r.header("id").unwrap().to_vec()).unwrap();
-        if r.header(BACKFILL_HEADER).is_some() {
-            flagged.insert(id);
-        } else {
-            *relayed.entry(id).or_default() += 1;
-        }
-    }
-    let repeated = relayed.values().filter(|&&n| n > 1).count();
-    let unflagged = v.duplicated_ids.difference(&flagged).count();
+    let topics = ["payment", "order"].map(|kind| format!("{slot}.{kind}"));
+    let copies = Copies::read(b, topics.iter().map(String::as_str));
+    let (flagged, repeated) = (&copies.backfilled, copies.repeated());
+    let unflagged = v.duplicated_ids.difference(flagged).count();
     assert_eq!(unflagged, 0, "duplicates without a backfilled copy");
     let gap_ids: HashSet<&str> = while_down
         .iter()

@@ -85,6 +85,42 @@ pub fn ledger_entries(
         .collect()
 }
 
+/// What `topics` hold once read to the end, split by who wrote it: per
+/// event id, how many copies the relay wrote, and the ids `outboxd
+/// backfill` re-sent (flagged by its header, on purpose).
+pub struct Copies {
+    pub relayed: HashMap<String, usize>,
+    pub backfilled: HashSet<String>,
+}
+
+impl Copies {
+    pub fn read<'a>(broker: &KafkaBroker, topics: impl IntoIterator<Item = &'a str>) -> Copies {
+        let mut copies = Copies {
+            relayed: HashMap::new(),
+            backfilled: HashSet::new(),
+        };
+        for topic in topics {
+            let records = tokio::task::block_in_place(|| {
+                broker.consume_to_end(topic, Duration::from_secs(60))
+            });
+            for r in records {
+                let id = String::from_utf8(r.header("id").expect("id header").to_vec()).unwrap();
+                if r.header(outboxd::cli::backfill::BACKFILL_HEADER).is_some() {
+                    copies.backfilled.insert(id);
+                } else {
+                    *copies.relayed.entry(id).or_default() += 1;
+                }
+            }
+        }
+        copies
+    }
+
+    /// Events the relay itself wrote more than once.
+    pub fn repeated(&self) -> usize {
+        self.relayed.values().filter(|&&n| n > 1).count()
+    }
+}
+
 /// Milliseconds since the Unix epoch now (the broker runs on this clock).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
