@@ -28,7 +28,7 @@ use crate::progress::ledger::{
     decide_start, format_time_us, select_entry, AcceptedGap, GapReason, InsideTransaction,
     LedgerEntry, LedgerIdentity, LedgerWriter, SlotState, StartDecision, StartInputs,
 };
-use crate::sink::{LedgerTopic, ReadTo};
+use crate::sink::{LedgerReader, LedgerTopic, ReadTo};
 use crate::source::session::{Identified, SlotPlan};
 use crate::Lsn;
 
@@ -47,6 +47,8 @@ pub(super) fn now_us() -> i64 {
 pub(super) struct RelayLedger {
     database: String,
     slot: String,
+    /// For the reads after the first (exactly-once).
+    reader: LedgerReader,
     /// The entries of this database and slot: as read at start, then as
     /// written since.
     known: Arc<Mutex<Vec<LedgerEntry>>>,
@@ -99,14 +101,15 @@ impl RelayLedger {
         // Not waiting for transactions open on the topic: a start is
         // checked again once its transactional id is initialised
         // (`moved_since_gate`).
+        let reader = topic.reader().clone();
         let (ensured, read) = tokio::join!(
             topic.ensure(),
-            topic.entries_for(&database, &slot, ReadTo::Stable)
+            reader.entries_for(&database, &slot, ReadTo::Stable)
         );
         ensured?;
         let entries = match read {
             Ok(entries) => entries,
-            Err(_) => topic.entries_for(&database, &slot, ReadTo::Stable).await?,
+            Err(_) => reader.entries_for(&database, &slot, ReadTo::Stable).await?,
         };
         tracing::debug!(
             elapsed_ms = started.elapsed().as_millis() as u64,
@@ -129,6 +132,7 @@ impl RelayLedger {
         Ok(RelayLedger {
             database,
             slot,
+            reader,
             known,
             pending,
             written,
@@ -288,24 +292,22 @@ impl RelayLedger {
     /// resumes from what Kafka committed, not from what this process
     /// believes it committed (a commit whose answer was lost may have
     /// happened).
-    pub(super) async fn refresh(&mut self, settings: &RelaySettings) -> Result<(), RelayError> {
+    pub(super) async fn refresh(&mut self) -> Result<(), RelayError> {
         if std::mem::replace(&mut self.fresh, false) {
             return Ok(());
         }
-        let entries = self.read_entries(settings, ReadTo::Stable).await?;
+        let entries = self.read_entries(ReadTo::Stable).await?;
         *self.known.lock().unwrap_or_else(|e| e.into_inner()) = entries;
         Ok(())
     }
 
     /// This database's and slot's entries, read from the topic now, as far
     /// as `to` says.
-    async fn read_entries(
-        &self,
-        settings: &RelaySettings,
-        to: ReadTo,
-    ) -> Result<Vec<LedgerEntry>, RelayError> {
-        let topic = LedgerTopic::new(&settings.brokers, &settings.config.kafka)?;
-        Ok(topic.entries_for(&self.database, &self.slot, to).await?)
+    async fn read_entries(&self, to: ReadTo) -> Result<Vec<LedgerEntry>, RelayError> {
+        Ok(self
+            .reader
+            .entries_for(&self.database, &self.slot, to)
+            .await?)
     }
 
     /// Reads the entries again now, after this session initialised its
@@ -314,11 +316,7 @@ impl RelayLedger {
     /// instance that had it, but that one may have committed one last
     /// transaction between the gate's read and the fencing: its events are
     /// in Kafka, and the session must start again from the entry it wrote.
-    pub(super) async fn moved_since_gate(
-        &mut self,
-        settings: &RelaySettings,
-        start: &Start,
-    ) -> Result<bool, RelayError> {
+    pub(super) async fn moved_since_gate(&mut self, start: &Start) -> Result<bool, RelayError> {
         let Some(identity) = &start.identity else {
             return Ok(false);
         };
@@ -327,8 +325,14 @@ impl RelayLedger {
         // (the fenced instance's last one), and the session would repeat
         // that transaction. The fencing aborted this id's own open one, so
         // only other relays' commits are waited for.
-        let entries = self.read_entries(settings, ReadTo::End).await?;
+        let started = std::time::Instant::now();
+        let entries = self.read_entries(ReadTo::End).await?;
         let moved = select_entry(&entries, identity) != start.previous.as_ref();
+        tracing::debug!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            moved,
+            "read the position ledger again after taking the transactional id over"
+        );
         *self.known.lock().unwrap_or_else(|e| e.into_inner()) = entries;
         // The next session's gate starts from these, read after a fencing.
         self.fresh = moved;

@@ -115,7 +115,7 @@ pub(super) async fn run(
         DeliveryMode::ExactlyOnce => {
             // From what Kafka committed, not from what this process
             // believes it committed.
-            ledger.refresh(settings).await?;
+            ledger.refresh().await?;
             Session::<Transactional>::run(settings, mapper, poison, ledger, slot, stop).await
         }
     }
@@ -191,7 +191,7 @@ impl<'a, D: Delivery> Session<'a, D> {
             None => settings.source.slot.clone(),
         };
         let delivery = D::open(settings, &ledger_key).await?;
-        if D::TRANSACTIONAL && ledger.moved_since_gate(settings, &start).await? {
+        if D::TRANSACTIONAL && ledger.moved_since_gate(&start).await? {
             delivery.retire();
             return Ok(SessionEnd::Reconnect(Reconnect {
                 cause: ReconnectCause::Kafka,

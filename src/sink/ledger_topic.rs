@@ -2,7 +2,8 @@
 //! (`kafka.ledger_topic`), like Kafka Connect's offset storage: one record
 //! per relay identity, the last value per key is the ledger. What an entry
 //! says and when one is written is `crate::progress::ledger`'s business;
-//! this file only keeps the topic, writes records and reads them back.
+//! this file only keeps the topic and writes records; reading them back is
+//! [`LedgerReader`]'s.
 //!
 //! - **Compacted, one partition.** `cleanup.policy=compact` (and nothing
 //!   else: with `delete` too, the entry of a relay stopped for longer than
@@ -10,9 +11,9 @@
 //!   start). One partition keeps reading it back cheap; the topic is tiny.
 //! - **Written by the idempotent producer**, with the sink's properties
 //!   ([`client_config`]), one record at a time, awaited.
-//! - **Read from the beginning to the high watermark** with read_committed
-//!   isolation; the last value per key wins and a tombstone (null value)
-//!   deletes the key.
+//! - **Read from the beginning to the end** with read_committed isolation
+//!   ([`LedgerReader`]); the last value per key wins and a tombstone (null
+//!   value) deletes the key.
 //!
 //! The exactly-once mode does not use [`LedgerTopic::write`]: its
 //! transactional producer sends [`ledger_record`]'s key and value to this
@@ -20,23 +21,21 @@
 //! the position commits with them or not at all (read_committed readers
 //! never see an aborted entry; see `relay::session::commit`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::util::Timeout;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::ClientContext;
 
 use super::config::{admin_client_config, client_config};
 use super::delivery;
 use super::error::SinkError;
+use super::ledger_reader::LedgerReader;
 use super::topics::{create_topic, Created, READY_TIMEOUT};
 use crate::config::KafkaConfig;
 use crate::progress::ledger::{LedgerEntry, LedgerFormatError, LedgerIdentity};
@@ -48,36 +47,8 @@ pub const LEDGER_TOPIC_PARTITIONS: i32 = 1;
 const COMPACT: &str = "compact";
 /// One metadata or DescribeConfigs round trip, as the topic manager allows.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
-/// Reading the whole topic: a few records per relay, so seconds at most on
-/// a reachable cluster; 30 s covers a broker that is slow to serve fetches.
-const READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Between two polls (and two looks at a topic being created).
+/// Between two looks at a topic being created.
 const POLL: Duration = Duration::from_millis(200);
-
-/// How far a read of the ledger goes. Every read is `read_committed`; the
-/// difference is where it counts as done.
-///
-/// A `read_committed` reader sees a partition only up to its last stable
-/// offset: the first record of a transaction still open there. The ledger
-/// topic is one partition shared by every relay, and an exactly-once relay
-/// writes its entry inside each commit, so another relay's commit under way
-/// (or a stopped instance's open transaction, until it is aborted) hides
-/// every entry committed after it. librdkafka's watermark query follows the
-/// reader's isolation level and returns that stable offset, so a read that
-/// stops there is silently short.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadTo {
-    /// Up to the last stable offset, without waiting. It may miss entries
-    /// committed behind an open transaction: for a start that is checked
-    /// again later, never for the check itself.
-    Stable,
-    /// Up to the high watermark as the read begins: it waits until every
-    /// transaction open then is resolved, so no entry committed before the
-    /// read is missed. (An open transaction of this relay's own
-    /// transactional id would hold it until `transaction.timeout.ms`:
-    /// read this way once the id has been initialised, which aborts it.)
-    End,
-}
 
 /// What the cluster says about the ledger topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -250,8 +221,7 @@ pub struct LedgerTopic {
     producer: FutureProducer<LedgerContext>,
     /// What [`renew_producer`](Self::renew_producer) makes a new one from.
     producer_config: rdkafka::ClientConfig,
-    /// For each read: a fresh consumer, so no state is carried over.
-    consumer: rdkafka::ClientConfig,
+    reader: LedgerReader,
 }
 
 impl LedgerTopic {
@@ -262,7 +232,7 @@ impl LedgerTopic {
         };
         let mut admin = admin_client_config(brokers, &kafka.properties).map_err(SinkError::from)?;
         admin.set_log_level(delivery::log_level());
-        let mut consumer = admin.clone();
+        let reader = LedgerReader::new(kafka.ledger_topic.clone(), admin.clone());
         let admin = admin
             .create_with_context(LedgerContext)
             .map_err(|e| client("admin client", e))?;
@@ -272,15 +242,6 @@ impl LedgerTopic {
         let producer = producer
             .create_with_context(LedgerContext)
             .map_err(|e| client("ledger producer", e))?;
-        // librdkafka wants a group id even for assign(); nothing is joined
-        // or committed under it.
-        consumer
-            .set("group.id", "outboxd-ledger-reader")
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
-            .set("isolation.level", "read_committed")
-            .set("fetch.wait.max.ms", "10");
         Ok(LedgerTopic {
             topic: kafka.ledger_topic.clone(),
             create: kafka.create_topics,
@@ -288,8 +249,13 @@ impl LedgerTopic {
             admin: Arc::new(admin),
             producer,
             producer_config,
-            consumer,
+            reader,
         })
+    }
+
+    /// Reads the topic back (see [`LedgerReader`]).
+    pub fn reader(&self) -> &LedgerReader {
+        &self.reader
     }
 
     /// Replaces the producer with a new one (a new producer id). After a
@@ -434,166 +400,6 @@ impl LedgerTopic {
                 source,
             })
     }
-
-    /// The latest value per key, tombstoned keys left out, read as far as
-    /// `to` says. Values are returned unparsed: another relay's entry in a
-    /// newer format must not stop this one.
-    pub async fn read_all(
-        &self,
-        to: ReadTo,
-    ) -> Result<BTreeMap<String, Vec<u8>>, LedgerTopicError> {
-        let (config, topic) = (self.consumer.clone(), self.topic.clone());
-        tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
-            // The high watermark comes from a reader that sees everything.
-            let all = match to {
-                ReadTo::Stable => None,
-                ReadTo::End => {
-                    let mut all = config.clone();
-                    all.set("isolation.level", "read_uncommitted");
-                    Some(all.create::<BaseConsumer>().map_err(|e| e.to_string())?)
-                }
-            };
-            let values = read_to_end(&consumer, all.as_ref().unwrap_or(&consumer), &topic);
-            // Closing a consumer waits for its threads, about 100 ms here:
-            // not on the relay's way to its first event.
-            let closing = std::thread::Builder::new()
-                .name("outboxd-ledger-close".into())
-                .spawn(move || drop((consumer, all)));
-            if let Err(e) = closing {
-                tracing::debug!(error = %e, "closing the ledger reader on this thread");
-            }
-            values
-        })
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()))
-        .map_err(|reason| LedgerTopicError::Read {
-            topic: self.topic.clone(),
-            reason,
-        })
-    }
-
-    /// The entry of `identity`, if the ledger has one.
-    pub async fn latest(
-        &self,
-        identity: &LedgerIdentity,
-        to: ReadTo,
-    ) -> Result<Option<LedgerEntry>, LedgerTopicError> {
-        let key = identity.key();
-        match self.read_all(to).await?.get(&key) {
-            None => Ok(None),
-            Some(value) => {
-                LedgerEntry::from_json(value)
-                    .map(Some)
-                    .map_err(|source| LedgerTopicError::Format {
-                        topic: self.topic.clone(),
-                        key,
-                        source,
-                    })
-            }
-        }
-    }
-
-    /// Every readable entry for `database` and `slot`, on any server (what
-    /// `progress::ledger::select_entry` chooses from). Entries of this
-    /// database and slot in a format this build cannot read are an error.
-    pub async fn entries_for(
-        &self,
-        database: &str,
-        slot: &str,
-        to: ReadTo,
-    ) -> Result<Vec<LedgerEntry>, LedgerTopicError> {
-        let mut out = Vec::new();
-        for (key, value) in self.read_all(to).await? {
-            let Some(id) = LedgerIdentity::from_key(&key) else {
-                continue;
-            };
-            if id.database != database || id.slot != slot {
-                continue;
-            }
-            out.push(LedgerEntry::from_json(&value).map_err(|source| {
-                LedgerTopicError::Format {
-                    topic: self.topic.clone(),
-                    key,
-                    source,
-                }
-            })?);
-        }
-        Ok(out)
-    }
-}
-
-/// Reads `topic` with `consumer` from the beginning of each partition to
-/// the end `watermarks` reports as the read begins (the high watermark for a
-/// `read_uncommitted` client, the last stable offset for a `read_committed`
-/// one: see [`ReadTo`]); the last value per key wins.
-fn read_to_end(
-    consumer: &BaseConsumer,
-    watermarks: &BaseConsumer,
-    topic: &str,
-) -> Result<BTreeMap<String, Vec<u8>>, String> {
-    let deadline = Instant::now() + READ_TIMEOUT;
-    let md = watermarks
-        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
-        .map_err(|e| e.to_string())?;
-    let t = md
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic && t.error().is_none())
-        .ok_or_else(|| "the topic does not exist".to_owned())?;
-    // (partition, high watermark) of the partitions that hold anything.
-    let mut ends = Vec::new();
-    for p in t.partitions() {
-        let (low, high) = watermarks
-            .fetch_watermarks(topic, p.id(), METADATA_TIMEOUT)
-            .map_err(|e| format!("no watermarks for partition {}: {e}", p.id()))?;
-        if high > low {
-            ends.push((p.id(), high));
-        }
-    }
-    let mut values = BTreeMap::new();
-    if ends.is_empty() {
-        return Ok(values);
-    }
-    let mut tpl = TopicPartitionList::new();
-    for (p, _) in &ends {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning)
-            .map_err(|e| e.to_string())?;
-    }
-    consumer.assign(&tpl).map_err(|e| e.to_string())?;
-    while !ends.is_empty() {
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "not read to the end within {}s (a transaction left open on the topic, \
-                 by a relay that stopped mid-commit, holds a read_committed reader back \
-                 until the broker aborts it after the relay's transaction.timeout.ms)",
-                READ_TIMEOUT.as_secs()
-            ));
-        }
-        match consumer.poll(POLL) {
-            Some(Ok(m)) => {
-                let key = String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned();
-                match m.payload() {
-                    Some(v) => values.insert(key, v.to_vec()),
-                    None => values.remove(&key),
-                };
-                let (p, next) = (m.partition(), m.offset() + 1);
-                ends.retain(|(q, high)| !(*q == p && next >= *high));
-            }
-            Some(Err(e)) => tracing::debug!(topic, error = %e, "ledger read: retrying"),
-            None => {}
-        }
-        // Transaction markers (a transactional writer) are never delivered:
-        // the consumer's position passes them.
-        if let Ok(position) = consumer.position() {
-            for e in position.elements() {
-                if let Offset::Offset(next) = e.offset() {
-                    ends.retain(|(q, high)| !(*q == e.partition() && next >= *high));
-                }
-            }
-        }
-    }
-    Ok(values)
 }
 
 #[cfg(test)]

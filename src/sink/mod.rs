@@ -52,6 +52,7 @@ mod client_log;
 mod config;
 mod delivery;
 pub(crate) mod error;
+mod ledger_reader;
 mod ledger_topic;
 mod producer;
 mod send_now;
@@ -68,9 +69,10 @@ pub use delivery::{
 };
 pub use error::SendError;
 pub(crate) use error::SinkError;
+pub use ledger_reader::{LedgerReader, ReadTo};
 pub use ledger_topic::{
     inspect_ledger_topic, ledger_record, new_ledger_topic, LedgerTopic, LedgerTopicError,
-    LedgerTopicState, ReadTo, LEDGER_TOPIC_PARTITIONS,
+    LedgerTopicState, LEDGER_TOPIC_PARTITIONS,
 };
 pub use producer::{KafkaSink, STATS_INTERVAL_MS};
 pub(crate) use topics::{describe_topic, TopicManager};

@@ -121,7 +121,7 @@ async fn last_value_per_key_wins_and_identities_do_not_mix() {
     let other_server = identity("7000000000000000001", "outboxd");
     let other_slot = identity("7443001228541284437", "second");
     assert_eq!(
-        l.latest(&a, ReadTo::End).await.unwrap(),
+        l.reader().latest(&a, ReadTo::End).await.unwrap(),
         None,
         "empty topic"
     );
@@ -136,18 +136,22 @@ async fn last_value_per_key_wins_and_identities_do_not_mix() {
         l.write(e).await.unwrap();
     }
     assert_eq!(
-        l.latest(&a, ReadTo::End).await.unwrap(),
+        l.reader().latest(&a, ReadTo::End).await.unwrap(),
         Some(writes[4].clone())
     );
     assert_eq!(
-        l.latest(&other_server, ReadTo::End).await.unwrap(),
+        l.reader().latest(&other_server, ReadTo::End).await.unwrap(),
         Some(writes[1].clone())
     );
     assert_eq!(
-        l.latest(&other_slot, ReadTo::End).await.unwrap(),
+        l.reader().latest(&other_slot, ReadTo::End).await.unwrap(),
         Some(writes[3].clone())
     );
-    let mut same_slot = l.entries_for("app", "outboxd", ReadTo::End).await.unwrap();
+    let mut same_slot = l
+        .reader()
+        .entries_for("app", "outboxd", ReadTo::End)
+        .await
+        .unwrap();
     same_slot.sort_by_key(|e| e.confirmed_lsn);
     assert_eq!(same_slot, vec![writes[4].clone(), writes[1].clone()]);
 
@@ -175,17 +179,23 @@ async fn a_tombstone_deletes_and_a_newer_format_is_refused_only_for_its_key() {
     l.write(&entry(&a, 10)).await.unwrap();
     l.write(&entry(&b, 20)).await.unwrap();
     l.delete(&a).await.unwrap();
-    assert_eq!(l.latest(&a, ReadTo::End).await.unwrap(), None);
+    assert_eq!(l.reader().latest(&a, ReadTo::End).await.unwrap(), None);
     assert_eq!(
-        l.latest(&b, ReadTo::End).await.unwrap(),
+        l.reader().latest(&b, ReadTo::End).await.unwrap(),
         Some(entry(&b, 20))
     );
-    let keys: Vec<String> = l.read_all(ReadTo::End).await.unwrap().into_keys().collect();
+    let keys: Vec<String> = l
+        .reader()
+        .read_all(ReadTo::End)
+        .await
+        .unwrap()
+        .into_keys()
+        .collect();
     assert_eq!(keys, vec![b.key()]);
     // Written again after the tombstone, it is back.
     l.write(&entry(&a, 30)).await.unwrap();
     assert_eq!(
-        l.latest(&a, ReadTo::End).await.unwrap(),
+        l.reader().latest(&a, ReadTo::End).await.unwrap(),
         Some(entry(&a, 30))
     );
 
@@ -196,23 +206,26 @@ async fn a_tombstone_deletes_and_a_newer_format_is_refused_only_for_its_key() {
     json["version"] = 2.into();
     produce_raw(&topic, &future.key(), json.to_string().as_bytes()).await;
     assert_eq!(
-        l.latest(&a, ReadTo::End).await.unwrap(),
+        l.reader().latest(&a, ReadTo::End).await.unwrap(),
         Some(entry(&a, 30))
     );
     assert_eq!(
-        l.entries_for("app", "outboxd", ReadTo::End)
+        l.reader()
+            .entries_for("app", "outboxd", ReadTo::End)
             .await
             .unwrap()
             .len(),
         2
     );
     let err = l
+        .reader()
         .latest(&future, ReadTo::End)
         .await
         .unwrap_err()
         .to_string();
     assert!(err.contains("format version 2"), "{err}");
     let err = l
+        .reader()
         .entries_for("app", "elsewhere", ReadTo::End)
         .await
         .unwrap_err()
@@ -271,7 +284,7 @@ async fn an_entry_committed_behind_an_open_transaction_is_found_by_a_read_to_the
     let newest = entry(&a, 0x200);
     l.write(&newest).await.unwrap();
 
-    let stable = l.latest(&a, ReadTo::Stable).await.unwrap();
+    let stable = l.reader().latest(&a, ReadTo::Stable).await.unwrap();
     assert_eq!(
         stable,
         Some(entry(&a, 0x100)),
@@ -283,7 +296,7 @@ async fn an_entry_committed_behind_an_open_transaction_is_found_by_a_read_to_the
         other.abort_transaction(Duration::from_secs(30)).unwrap();
     });
     let started = std::time::Instant::now();
-    let to_end = l.latest(&a, ReadTo::End).await.unwrap();
+    let to_end = l.reader().latest(&a, ReadTo::End).await.unwrap();
     resolving.await.unwrap();
     assert_eq!(to_end, Some(newest), "the read to the end missed an entry");
     assert!(
