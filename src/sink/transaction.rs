@@ -121,8 +121,23 @@ impl TransactionControl {
 
     /// Registers the id with its coordinator, fencing any older producer
     /// with it and aborting what that one left open.
-    pub async fn init(&self, timeout: Duration) -> Result<(), TransactionError> {
-        self.blocking(move |p| p.init_transactions(timeout)).await
+    ///
+    /// `topic` (one that exists) is asked about first: a producer just made
+    /// has no broker connection yet, and librdkafka, finding none for its
+    /// coordinator lookup, tries again only on a 500 ms timer. That wait was
+    /// half of some exactly-once starts; a metadata request brings a
+    /// connection up in one round trip.
+    pub async fn init(&self, topic: &str, timeout: Duration) -> Result<(), TransactionError> {
+        let topic = topic.to_owned();
+        self.blocking(move |p| {
+            // Only a connection is wanted: a failure here is init's to
+            // report, so it is not waited for long either.
+            let _ = p
+                .client()
+                .fetch_metadata(Some(&topic), timeout.min(Duration::from_secs(5)));
+            p.init_transactions(timeout)
+        })
+        .await
     }
 
     /// Begins a transaction: local, does not block.

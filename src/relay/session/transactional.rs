@@ -98,7 +98,7 @@ impl Delivery for Transactional {
         };
         let (sink, control) = producer(settings, Some(&id))?;
         let control = control.expect("a transactional id gives a transaction control");
-        if let Err(e) = control.init(CALL_TIMEOUT).await {
+        if let Err(e) = control.init(&kafka.ledger_topic, CALL_TIMEOUT).await {
             retire(sink);
             return Err(RelayError::Transaction(e));
         }
