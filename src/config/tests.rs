@@ -335,3 +335,27 @@ fn metrics_keys_parse_and_zero_durations_are_refused() {
         );
     }
 }
+
+#[test]
+fn the_window_holds_a_whole_kafka_transaction_in_exactly_once() {
+    let base = "[postgres]\nurl = \"postgresql://h/db\"\n[relay]\n";
+    let window = |relay: &str| {
+        parse(&format!("{base}{relay}"))
+            .unwrap()
+            .relay
+            .window_events()
+    };
+    assert_eq!(window(""), 2048, "at-least-once: max_in_flight_events");
+    assert_eq!(window("transaction_max_events = 9000"), 2048);
+    assert_eq!(window("delivery = \"exactly-once\""), 4096);
+    assert_eq!(
+        window("delivery = \"exactly-once\"\nmax_in_flight_events = 10000"),
+        10000,
+        "a larger window stays"
+    );
+    assert_eq!(
+        window("delivery = \"exactly-once\"\ntransaction_max_events = 100"),
+        2048,
+        "a smaller transaction does not shrink the window"
+    );
+}

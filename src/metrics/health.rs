@@ -77,7 +77,7 @@ impl Health {
         Health {
             epoch: Instant::now(),
             stall_threshold: config.metrics.stall_threshold,
-            max_in_flight_events: config.relay.max_in_flight_events as u64,
+            max_in_flight_events: config.relay.window_events() as u64,
             debezium_name: config
                 .metrics
                 .debezium_aliases

@@ -47,7 +47,8 @@ pub(crate) const TRANSACTIONS: &str = "outboxd_transactions_total";
 pub(crate) const IN_FLIGHT_EVENTS: &str = "outboxd_in_flight_events";
 /// Bytes of those events (gauge).
 pub(crate) const IN_FLIGHT_BYTES: &str = "outboxd_in_flight_bytes";
-/// `relay.max_in_flight_events` (gauge).
+/// The window's size in events (gauge): `relay.max_in_flight_events`, in
+/// exactly-once at least `relay.transaction_max_events`.
 pub(crate) const IN_FLIGHT_EVENTS_LIMIT: &str = "outboxd_in_flight_events_limit";
 /// `relay.max_in_flight_bytes` (gauge).
 pub(crate) const IN_FLIGHT_BYTES_LIMIT: &str = "outboxd_in_flight_bytes_limit";
@@ -250,7 +251,10 @@ fn describe() {
         Unit::Bytes,
         "Bytes of unacknowledged events"
     );
-    describe_gauge!(IN_FLIGHT_EVENTS_LIMIT, "relay.max_in_flight_events");
+    describe_gauge!(
+        IN_FLIGHT_EVENTS_LIMIT,
+        "relay.max_in_flight_events (in exactly-once at least relay.transaction_max_events)"
+    );
     describe_gauge!(
         IN_FLIGHT_BYTES_LIMIT,
         Unit::Bytes,

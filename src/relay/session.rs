@@ -205,7 +205,7 @@ impl<'a, D: Delivery> Session<'a, D> {
         telemetry.emit(TelemetryEvent::Started);
         let relay = &settings.config.relay;
         let limits = Limits {
-            events: relay.max_in_flight_events,
+            events: relay.window_events(),
             bytes: relay.max_in_flight_bytes,
         };
         let relayed = Relayed {

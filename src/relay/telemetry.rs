@@ -151,7 +151,7 @@ impl RelayTelemetry {
 
 /// The configured limits, and every known label value at 0.
 fn register(config: &Config, mappers: &TableMappers, dead_letter_reasons: &[&'static str]) {
-    metrics::gauge!(m::IN_FLIGHT_EVENTS_LIMIT).set(config.relay.max_in_flight_events as f64);
+    metrics::gauge!(m::IN_FLIGHT_EVENTS_LIMIT).set(config.relay.window_events() as f64);
     metrics::gauge!(m::IN_FLIGHT_BYTES_LIMIT).set(config.relay.max_in_flight_bytes as f64);
     metrics::gauge!(m::HALTED).set(0.0);
     if config.relay.delivery == DeliveryMode::ExactlyOnce {

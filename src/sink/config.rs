@@ -32,8 +32,8 @@ const LIBRDKAFKA_MESSAGE_MAX_BYTES: u64 = 1_000_000;
 /// The highest `queue.buffering.max.messages` every librdkafka 2.x accepts.
 const MAX_QUEUE_MESSAGES: usize = 10_000_000;
 
-/// The relay's in-flight window (`relay.max_in_flight_events`): what the
-/// producer's queue is sized to.
+/// The relay's in-flight window (`relay.max_in_flight_events`, see
+/// `RelayConfig::window_events`): what the producer's queue is sized to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct QueueBound {
     pub events: usize,
@@ -44,7 +44,7 @@ impl QueueBound {
     pub(crate) fn of(relay: &RelayConfig) -> QueueBound {
         let ledger = usize::from(relay.delivery == crate::config::DeliveryMode::ExactlyOnce);
         QueueBound {
-            events: relay.max_in_flight_events + ledger,
+            events: relay.window_events() + ledger,
         }
     }
 }
@@ -211,8 +211,9 @@ fn queue_bound(
                     MESSAGES,
                     v,
                     format!(
-                        "above relay.max_in_flight_events ({messages}), which already bounds \
-                         what the relay queues: raise relay.max_in_flight_events instead \
+                        "above relay.max_in_flight_events ({messages}; in exactly-once at least \
+                         relay.transaction_max_events, plus the ledger's record), which already \
+                         bounds what the relay queues: raise relay.max_in_flight_events instead \
                          (a smaller value is fine: the relay then waits for room here)"
                     ),
                 ));
@@ -421,7 +422,7 @@ mod tests {
             text
         };
         let text = refused("queue.buffering.max.messages", "100000");
-        assert!(text.contains("relay.max_in_flight_events (2048)"), "{text}");
+        assert!(text.contains("relay.max_in_flight_events (2048;"), "{text}");
         let text = refused("queue.buffering.max.kbytes", "100");
         assert!(text.contains("message.max.bytes (1000000 bytes)"), "{text}");
     }

@@ -249,6 +249,9 @@ impl<D: Delivery> Session<'_, D> {
             match self.delivery.send(entry.id, &entry.record) {
                 Ok(()) => {
                     self.telemetry.emit(TelemetryEvent::Sent(&entry));
+                    if D::TRANSACTIONAL {
+                        entry.lighten();
+                    }
                     self.window.sent(entry);
                     return Ok(None);
                 }

@@ -29,7 +29,9 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
 use super::verdicts::{EventIdentity, PoisonMemory, Refusal, Verdict};
-use crate::outbox::{KafkaRecord, OutboxEvent};
+use bytes::Bytes;
+
+use crate::outbox::{EventKind, KafkaRecord, OutboxEvent};
 use crate::progress::ledger::InsideTransaction;
 use crate::progress::{AckTracker, DeliveryId};
 use crate::sink::{Delivered, DeliveryFailure, DeliveryReport, FailureKind};
@@ -52,6 +54,24 @@ pub(super) struct InFlight {
 }
 
 impl InFlight {
+    /// Drops what only a resend would need: the record's key, value and
+    /// headers and the event's columns, all slices that keep the WAL frame
+    /// they arrived in alive. Exactly-once never sends from memory again
+    /// (an abort resumes from the position ledger), so once the producer
+    /// has a record, its window entry needs only what the ack reports:
+    /// the topic, the size, the event id and where the event came from.
+    pub(super) fn lighten(&mut self) {
+        let record = &mut self.record;
+        record.key = None;
+        record.value = None;
+        record.headers = Vec::new();
+        record.event_id = record.event_id.as_deref().map(Bytes::copy_from_slice);
+        match &mut self.event.kind {
+            EventKind::Row(row) => row.values = Vec::new(),
+            EventKind::Message { content, .. } => *content = Bytes::new(),
+        }
+    }
+
     /// The event's dead-letter copy, in the original's tracker slot.
     pub(super) fn into_dead_letter(self, record: KafkaRecord) -> InFlight {
         InFlight {

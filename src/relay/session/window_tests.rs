@@ -342,3 +342,47 @@ fn halt_reasons_read_as_before() {
     );
     assert_eq!(Halt::TableChanged("x".into()).to_string(), "x");
 }
+
+#[test]
+fn a_lightened_entry_lets_go_of_its_wal_frame_and_is_acked_as_before() {
+    let mut poison = PoisonMemory::default();
+    let mut w = Window::new(Lsn(1), Relayed::default(), &mut poison, LIMITS);
+    let frame = bytes::Bytes::from_static(b"id-7 key payload");
+    let identity = w.arrive(Lsn(10)).expect("not skipped");
+    let mut rec = record(300);
+    rec.event_id = Some(frame.slice(0..4));
+    rec.key = Some(frame.slice(5..8));
+    rec.value = Some(frame.slice(9..));
+    rec.headers = vec![(Arc::from("id"), Some(frame.slice(0..4)))];
+    let mut ev = event(10);
+    ev.kind = EventKind::Message {
+        transactional: true,
+        prefix: "outbox".into(),
+        content: frame.clone(),
+    };
+    let mut entry = w.admit(ev, rec, identity, false, Instant::now());
+    let id = entry.id;
+    entry.lighten();
+    assert_eq!((&entry.record.key, &entry.record.value), (&None, &None));
+    assert!(entry.record.headers.is_empty());
+    assert!(matches!(&entry.event.kind, EventKind::Message { content, .. } if content.is_empty()));
+    let event_id = entry
+        .record
+        .event_id
+        .clone()
+        .expect("the id stays, for the logs");
+    assert_eq!(&event_id[..], b"id-7");
+    assert!(
+        !frame.as_ptr_range().contains(&event_id.as_ptr()),
+        "the id is a copy, not a slice of the frame"
+    );
+    w.sent(entry);
+    w.commit(Lsn(11));
+    assert_eq!(w.in_flight_bytes(), 300, "accounted as admitted");
+    let acked = w.report(ack(id));
+    assert!(
+        matches!(&acked, Reported::Acked(e, _) if &*e.record.topic == "t" && e.record.size == 300 && e.event.commit_lsn == Lsn(10)),
+        "topic, size and commit LSN are what the ack reports"
+    );
+    assert_eq!((w.confirmable(), w.in_flight_bytes()), (Lsn(11), 0));
+}
