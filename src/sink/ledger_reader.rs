@@ -214,12 +214,7 @@ fn read_to_end(
     consumer.assign(&tpl).map_err(|e| e.to_string())?;
     while !ends.is_empty() {
         if Instant::now() >= deadline {
-            return Err(format!(
-                "not read to the end within {}s (a transaction left open on the topic, \
-                 by a relay that stopped mid-commit, holds a read_committed reader back \
-                 until the broker aborts it after the relay's transaction.timeout.ms)",
-                READ_TIMEOUT.as_secs()
-            ));
+            return Err(not_read_to_the_end(consumer, topic, &ends));
         }
         match consumer.poll(POLL) {
             Some(Ok(m)) => {
@@ -267,4 +262,32 @@ fn partition_ends(client: &BaseConsumer, topic: &str) -> Result<Vec<(i32, i64, i
             Ok((p.id(), low, high))
         })
         .collect()
+}
+
+/// The error of a read that did not reach `ends` in time, with what holds
+/// each partition back: the offset a `read_committed` reader may read to
+/// now (its last stable offset), against the end it waits for. A gap is a
+/// transaction open there; the offsets are what Kafka's tools ask for.
+fn not_read_to_the_end(consumer: &BaseConsumer, topic: &str, ends: &[(i32, i64)]) -> String {
+    let held: Vec<String> = ends
+        .iter()
+        .map(
+            |&(p, end)| match consumer.fetch_watermarks(topic, p, Duration::from_secs(5)) {
+                Ok((_, stable)) => {
+                    format!("partition {p} is readable to offset {stable} of {end}")
+                }
+                Err(e) => format!("partition {p} (end {end}; stable offset unknown: {e})"),
+            },
+        )
+        .collect();
+    format!(
+        "not read to the end within {}s: {}. A transaction open at the first unreadable \
+         offset holds read_committed readers back, e.g. one a relay left open when it stopped \
+         mid-commit, until the broker aborts it after that relay's transaction.timeout.ms. \
+         `kafka-transactions.sh --bootstrap-server BROKER describe-producers --topic {topic} \
+         --partition P` names its producer; `kafka-transactions.sh find-hanging` tells \
+         whether it hangs (no coordinator will end it) and `kafka-transactions.sh abort` ends one",
+        READ_TIMEOUT.as_secs(),
+        held.join(", ")
+    )
 }

@@ -305,3 +305,57 @@ async fn an_entry_committed_behind_an_open_transaction_is_found_by_a_read_to_the
         started.elapsed()
     );
 }
+
+/// A transaction left open on the ledger topic for longer than a read to
+/// the end waits (30 s) fails the read with what holds it: the partition,
+/// the offset a `read_committed` reader stops at, the end it waited for,
+/// and the Kafka tool that names the producer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_held_by_an_open_transaction_names_the_partition_and_its_offsets() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let topic = unique("ledger-held");
+    let l = ledger(&topic, true);
+    l.ensure().await.unwrap();
+    let a = identity("7443001228541284437", "outboxd");
+    l.write(&entry(&a, 0x100)).await.unwrap();
+    let held = topic.clone();
+    let other = tokio::task::spawn_blocking(move || {
+        let other: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", shared().bootstrap())
+            .set("transactional.id", unique("stuck-relay"))
+            .create()
+            .unwrap();
+        other.init_transactions(Duration::from_secs(30)).unwrap();
+        other.begin_transaction().unwrap();
+        other
+            .send(BaseRecord::to(&held).key("stuck-relay").payload("{}"))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        other.flush(Duration::from_secs(10)).unwrap();
+        other
+    })
+    .await
+    .unwrap();
+    l.write(&entry(&a, 0x200)).await.unwrap();
+
+    let err = l
+        .reader()
+        .latest(&a, ReadTo::End)
+        .await
+        .unwrap_err()
+        .to_string();
+    tokio::task::spawn_blocking(move || other.abort_transaction(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap();
+    // Offsets: 0 the first entry, 1 the open transaction's record, 2 the
+    // second entry; the end is 3.
+    assert!(
+        err.contains("not read to the end within 30s: partition 0 is readable to offset 1 of 3"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("describe-producers --topic {topic} --partition P")),
+        "{err}"
+    );
+}
