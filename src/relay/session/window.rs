@@ -25,12 +25,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use bytes::Bytes;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
 use super::verdicts::{EventIdentity, PoisonMemory, Refusal, Verdict};
-use bytes::Bytes;
-
 use crate::outbox::{EventKind, KafkaRecord, OutboxEvent};
 use crate::progress::ledger::InsideTransaction;
 use crate::progress::{AckTracker, DeliveryId};
