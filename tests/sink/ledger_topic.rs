@@ -248,6 +248,31 @@ async fn produce_raw(topic: &str, key: &str, value: &[u8]) {
         .unwrap();
 }
 
+/// A transaction of another transactional writer (`writer`, a fresh id),
+/// left open on `topic` with one record in it: a relay stopped between its
+/// entry and EndTxn.
+async fn open_transaction_on(topic: &str, writer: &str) -> rdkafka::producer::BaseProducer {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let (topic, writer) = (topic.to_owned(), writer.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let other: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", shared().bootstrap())
+            .set("transactional.id", unique(&writer))
+            .create()
+            .unwrap();
+        other.init_transactions(Duration::from_secs(30)).unwrap();
+        other.begin_transaction().unwrap();
+        other
+            .send(BaseRecord::to(&topic).key(&writer).payload("{}"))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        other.flush(Duration::from_secs(10)).unwrap();
+        other
+    })
+    .await
+    .unwrap()
+}
+
 /// Another relay's commit under way on the shared ledger topic (its entry
 /// written, the transaction still open) hides every entry committed after
 /// it from a `read_committed` reader. A read to the stable offset then
@@ -257,30 +282,14 @@ async fn produce_raw(topic: &str, key: &str, value: &[u8]) {
 /// and finds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_committed_behind_an_open_transaction_is_found_by_a_read_to_the_end() {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::producer::Producer;
     let topic = unique("ledger-open-txn");
     let l = ledger(&topic, true);
     l.ensure().await.unwrap();
     let a = identity("7443001228541284437", "outboxd");
     l.write(&entry(&a, 0x100)).await.unwrap();
     // Another relay's commit, stopped between its entry and EndTxn.
-    let other: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", shared().bootstrap())
-        .set("transactional.id", unique("other-relay"))
-        .create()
-        .unwrap();
-    let other = tokio::task::spawn_blocking(move || {
-        other.init_transactions(Duration::from_secs(30)).unwrap();
-        other.begin_transaction().unwrap();
-        other
-            .send(BaseRecord::to(&topic).key("other-relay").payload("{}"))
-            .map_err(|(e, _)| e)
-            .unwrap();
-        other.flush(Duration::from_secs(10)).unwrap();
-        other
-    })
-    .await
-    .unwrap();
+    let other = open_transaction_on(&topic, "other-relay").await;
     let newest = entry(&a, 0x200);
     l.write(&newest).await.unwrap();
 
@@ -312,30 +321,13 @@ async fn an_entry_committed_behind_an_open_transaction_is_found_by_a_read_to_the
 /// and the Kafka tool that names the producer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_held_by_an_open_transaction_names_the_partition_and_its_offsets() {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::producer::Producer;
     let topic = unique("ledger-held");
     let l = ledger(&topic, true);
     l.ensure().await.unwrap();
     let a = identity("7443001228541284437", "outboxd");
     l.write(&entry(&a, 0x100)).await.unwrap();
-    let held = topic.clone();
-    let other = tokio::task::spawn_blocking(move || {
-        let other: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", shared().bootstrap())
-            .set("transactional.id", unique("stuck-relay"))
-            .create()
-            .unwrap();
-        other.init_transactions(Duration::from_secs(30)).unwrap();
-        other.begin_transaction().unwrap();
-        other
-            .send(BaseRecord::to(&held).key("stuck-relay").payload("{}"))
-            .map_err(|(e, _)| e)
-            .unwrap();
-        other.flush(Duration::from_secs(10)).unwrap();
-        other
-    })
-    .await
-    .unwrap();
+    let other = open_transaction_on(&topic, "stuck-relay").await;
     l.write(&entry(&a, 0x200)).await.unwrap();
 
     let err = l
