@@ -100,9 +100,10 @@ impl RelayTelemetry {
                 dead_letter_reasons,
             } => register(config, mappers, dead_letter_reasons),
             E::LedgerRead { newest } => {
-                if let Some(lsn) = newest {
-                    m::gauge_lsn(m::LEDGER_LSN, lsn);
-                }
+                // Exported from the start, 0 until the first entry: a
+                // dashboard or alert on it sees "nothing written yet", not
+                // a missing series for a whole status interval.
+                m::gauge_lsn(m::LEDGER_LSN, newest.unwrap_or(Lsn::ZERO));
                 metrics::gauge!(m::LEDGER_GAP).set(0.0);
                 metrics::counter!(m::EVENTS_SKIPPED).increment(0);
             }
