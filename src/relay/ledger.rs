@@ -28,7 +28,7 @@ use crate::progress::ledger::{
     decide_start, format_time_us, select_entry, AcceptedGap, GapReason, InsideTransaction,
     LedgerEntry, LedgerIdentity, LedgerWriter, SlotState, StartDecision, StartInputs,
 };
-use crate::sink::{LedgerReader, LedgerTopic, ReadTo};
+use crate::sink::{LedgerReader, LedgerTopic, LedgerTopicError, ReadTo};
 use crate::source::session::{Identified, SlotPlan};
 use crate::Lsn;
 
@@ -87,6 +87,38 @@ pub(super) struct Start {
     pub(super) accepted: Option<AcceptedGap>,
 }
 
+/// The ledger read after a fencing, under way (see
+/// [`RelayLedger::check_after_fencing`]); dropping it stops the read.
+pub(super) struct FencingCheck {
+    read: tokio::task::JoinHandle<Result<AfterFencing, RelayError>>,
+    topic: String,
+}
+
+/// The entries read after a fencing, and whether the one that speaks for
+/// the session moved since its gate.
+pub(super) struct AfterFencing {
+    entries: Vec<LedgerEntry>,
+    moved: bool,
+}
+
+impl FencingCheck {
+    pub(super) async fn finish(mut self) -> Result<AfterFencing, RelayError> {
+        (&mut self.read).await.unwrap_or_else(|e| {
+            Err(LedgerTopicError::Read {
+                topic: std::mem::take(&mut self.topic),
+                reason: format!("the read after the fencing did not finish: {e}"),
+            }
+            .into())
+        })
+    }
+}
+
+impl Drop for FencingCheck {
+    fn drop(&mut self) {
+        self.read.abort();
+    }
+}
+
 impl RelayLedger {
     /// Ensures the topic (created compacted when `kafka.create_topics`,
     /// else verified) and reads the entries for this database and slot.
@@ -100,7 +132,7 @@ impl RelayLedger {
         // done again once `ensure` has made it.
         // Not waiting for transactions open on the topic: a start is
         // checked again once its transactional id is initialised
-        // (`moved_since_gate`).
+        // (`check_after_fencing`).
         let reader = topic.reader().clone();
         let (ensured, read) = tokio::join!(
             topic.ensure(),
@@ -310,33 +342,45 @@ impl RelayLedger {
             .await?)
     }
 
-    /// Reads the entries again now, after this session initialised its
-    /// transactional id, and tells whether the entry that speaks for the
-    /// session moved since its gate read it. Initialising the id fences the
-    /// instance that had it, but that one may have committed one last
-    /// transaction between the gate's read and the fencing: its events are
-    /// in Kafka, and the session must start again from the entry it wrote.
-    pub(super) async fn moved_since_gate(&mut self, start: &Start) -> Result<bool, RelayError> {
-        let Some(identity) = &start.identity else {
-            return Ok(false);
-        };
-        // To the end, not to the stable offset: another relay's commit under
-        // way on the shared topic would hide the entry this check is for
-        // (the fenced instance's last one), and the session would repeat
-        // that transaction. The fencing aborted this id's own open one, so
-        // only other relays' commits are waited for.
-        let started = std::time::Instant::now();
-        let entries = self.read_entries(ReadTo::End).await?;
-        let moved = select_entry(&entries, identity) != start.previous.as_ref();
-        tracing::debug!(
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            moved,
-            "read the position ledger again after taking the transactional id over"
-        );
-        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = entries;
-        // The next session's gate starts from these, read after a fencing.
-        self.fresh = moved;
-        Ok(moved)
+    /// The read of the entries again after this session initialised its
+    /// transactional id, as a task of its own: the session streams into its
+    /// first transaction meanwhile, and commits nothing before the read
+    /// says whether the entry that speaks for it moved since its gate read
+    /// it ([`FencingCheck`]). Initialising the id fences the instance that
+    /// had it, but that one may have committed one last transaction between
+    /// the gate's read and the fencing: its events are in Kafka, and the
+    /// session must start again from the entry it wrote.
+    pub(super) fn check_after_fencing(&self, start: &Start) -> Option<FencingCheck> {
+        let identity = start.identity.clone()?;
+        let previous = start.previous.clone();
+        let reader = self.reader.clone();
+        let topic = reader.topic().to_owned();
+        let (database, slot) = (self.database.clone(), self.slot.clone());
+        let read = tokio::spawn(async move {
+            // To the end, not to the stable offset: another relay's commit
+            // under way on the shared topic would hide the entry this check
+            // is for (the fenced instance's last one), and the session
+            // would repeat that transaction. The fencing aborted this id's
+            // own open one, so only other relays' commits are waited for.
+            let started = std::time::Instant::now();
+            let entries = reader.entries_for(&database, &slot, ReadTo::End).await?;
+            let moved = select_entry(&entries, &identity) != previous.as_ref();
+            tracing::debug!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                moved,
+                "read the position ledger again after taking the transactional id over"
+            );
+            Ok(AfterFencing { entries, moved })
+        });
+        Some(FencingCheck { read, topic })
+    }
+
+    /// What the read after the fencing found: the next session's gate
+    /// starts from these entries when the ledger moved.
+    pub(super) fn after_fencing(&mut self, found: AfterFencing) -> bool {
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = found.entries;
+        self.fresh = found.moved;
+        found.moved
     }
 
     /// A writer for the session `start` describes.

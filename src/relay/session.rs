@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::ledger::{self, RelayLedger, Start};
+use super::ledger::{self, FencingCheck, RelayLedger, Start};
 use super::slot_record::SlotRecord;
 mod commit;
 mod delivery;
@@ -151,6 +151,9 @@ struct Session<'a, D> {
     /// The relay's name in the ledger, which a transactional id derives
     /// from.
     ledger_key: String,
+    /// Exactly-once: the ledger read after this session's producer fenced
+    /// the last one, under way until the first commit waits for it.
+    fencing_check: Option<FencingCheck>,
     /// Exactly-once: the position of the last committed ledger entry, which
     /// the slot is never confirmed past.
     committed: Lsn,
@@ -191,16 +194,11 @@ impl<'a, D: Delivery> Session<'a, D> {
             None => settings.source.slot.clone(),
         };
         let delivery = D::open(settings, &ledger_key).await?;
-        if D::TRANSACTIONAL && ledger.moved_since_gate(&start).await? {
-            delivery.retire();
-            return Ok(SessionEnd::Reconnect(Reconnect {
-                cause: ReconnectCause::Kafka,
-                detail: "the position ledger moved while this instance took the transactional id \
-                         over (the instance it fenced committed a last transaction): starting \
-                         again from it"
-                    .into(),
-            }));
-        }
+        let fencing_check = if D::TRANSACTIONAL {
+            ledger.check_after_fencing(&start)
+        } else {
+            None
+        };
         let topics = TopicManager::new(&settings.brokers, &settings.config.kafka)?;
         telemetry.emit(TelemetryEvent::Started);
         let relay = &settings.config.relay;
@@ -228,6 +226,7 @@ impl<'a, D: Delivery> Session<'a, D> {
             ledger,
             slot,
             ledger_key,
+            fencing_check,
             // The ledger has everything up to its position in Kafka.
             committed: relayed.through.map_or(start_lsn, |t| t.max(start_lsn)),
             idle: false,

@@ -79,6 +79,11 @@ impl LedgerReader {
         }
     }
 
+    /// The topic it reads.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
     /// The latest value per key, tombstoned keys left out, read as far as
     /// `to` says. Values are returned unparsed: another relay's entry in a
     /// newer format must not stop this one.

@@ -31,7 +31,7 @@ use super::delivery::{Delivery, LedgerRecord};
 use super::ledger;
 use super::telemetry::TelemetryEvent;
 use super::window::Position;
-use super::{Session, SessionEnd};
+use super::{Reconnect, ReconnectCause, Session, SessionEnd};
 use crate::relay::RelayError;
 use crate::sink::{ledger_record, TransactionError};
 
@@ -98,6 +98,9 @@ impl<D: Delivery> Session<'_, D> {
     /// window's position, then books its reports: acks, now that they are
     /// visible. Without an open one, commits the entry alone.
     pub(super) async fn commit(&mut self) -> Result<Option<SessionEnd>, RelayError> {
+        if let Some(end) = self.fencing_checked().await? {
+            return Ok(Some(end));
+        }
         let position = self.ledger_position();
         let Some(writer) = &mut self.ledger_writer else {
             // Only before the server is known; never in a session.
@@ -143,6 +146,28 @@ impl<D: Delivery> Session<'_, D> {
             }
             Err(e) => self.transaction_failed(e).await,
         }
+    }
+
+    /// Waits for the ledger read after the fencing, if it is still under
+    /// way: nothing commits before it. When the entry that speaks for the
+    /// session moved, the instance it fenced committed a last transaction
+    /// after the gate's read: the open transaction is aborted (nothing of it
+    /// becomes visible) and the session starts again from that entry.
+    async fn fencing_checked(&mut self) -> Result<Option<SessionEnd>, RelayError> {
+        let Some(check) = self.fencing_check.take() else {
+            return Ok(None);
+        };
+        if !self.ledger.after_fencing(check.finish().await?) {
+            return Ok(None);
+        }
+        let detail = "the position ledger moved while this instance took the transactional id \
+                      over (the instance it fenced committed a last transaction): starting again \
+                      from it";
+        self.abort(detail).await;
+        Ok(Some(SessionEnd::Reconnect(Reconnect {
+            cause: ReconnectCause::Kafka,
+            detail: detail.into(),
+        })))
     }
 
     /// A transaction call or a send failed: the relay stops when fenced,
