@@ -15,7 +15,10 @@ use super::exactly_once::{
 use super::faults::join;
 use super::slot_loss::{failover_without_a_failover_slot, slot_dropped_under_the_relay};
 use super::standby::readyz_until;
-use super::support::{aggregates, env, ledger_entries, use_ledger_topic, Copies, ReadBack};
+use super::support::{
+    aggregates, confirmed_lsn, env, ledger_entries, lsn_now, use_ledger_topic, wait_for, write,
+    Copies, ReadBack, Relay,
+};
 use super::table_watch::{
     assert_halted, change_under_the_relay_in, readyz, RelayMode, RECREATE_OUTBOX, RENAME_OUTBOX,
     UNPUBLISH_OUTBOX,
@@ -198,4 +201,101 @@ async fn a_standby_takes_over_inside_a_split_database_transaction_and_repeats_no
     );
     let log = standby.log();
     assert!(log.contains("Kafka transactions initialised"), "{log}");
+}
+
+/// The instance a new one fences may have committed a last transaction
+/// between the new one's read of the ledger and its fencing. The new one
+/// streams into its first transaction while it reads the ledger again, and
+/// commits nothing until that read is done: the ledger moved, so it aborts
+/// that transaction and starts again from the newer entry.
+///
+/// The race is made certain here: another transactional writer holds an
+/// entry for this relay open on the ledger topic while the relay starts
+/// (so its gate's `read_committed` read stops before it), and commits it
+/// once the relay has initialised its transactions. The entry vouches for
+/// events the relay never sent (as the fenced instance's last transaction
+/// would have), written with aggregates of their own: if the move were
+/// missed, the relay would commit them and the read-back would fail on
+/// events it was not told about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_entry_committed_while_taking_over_restarts_the_session_from_it() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let broker = shared();
+    let slot = "eos_moved";
+    let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
+    let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
+    use_ledger_topic(&e, &ledger_topic);
+    let mut client = e.pg.client("app").await;
+    let aggs = aggregates(10);
+
+    let mut relay = Relay::start(&e);
+    let mut sent = write(&mut client, slot, &aggs, 200, &[1, 10], 0).await;
+    let pg = &e.pg;
+    let end = lsn_now(pg);
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the slot confirmed to the end",
+            Duration::from_secs(120),
+            || confirmed_lsn(pg, slot) >= end,
+        )
+    });
+    relay.signal("-TERM");
+    assert!(tokio::task::block_in_place(|| relay.wait(Duration::from_secs(30))).is_some());
+    let last = ledger_entries(broker, &ledger_topic)
+        .pop()
+        .expect("a ledger entry")
+        .1;
+
+    // Committed while the relay is stopped: the entry below vouches for
+    // them, so they must never reach Kafka.
+    let vouched_aggs: Vec<String> = (0..4).map(|i| format!("vouched-{i}")).collect();
+    write(&mut client, slot, &vouched_aggs, 100, &[1, 10], 0).await;
+    let vouched_to = lsn_now(pg);
+    let moved = outboxd::progress::ledger::LedgerEntry {
+        confirmed_lsn: vouched_to,
+        inside: None,
+        ..last.clone()
+    };
+    assert!(moved.confirmed_lsn > last.confirmed_lsn);
+    let (key, value) = outboxd::sink::ledger_record(&moved);
+    let topic = ledger_topic.clone();
+    let other = tokio::task::spawn_blocking(move || {
+        let other: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", broker.bootstrap())
+            .set("transactional.id", format!("{topic}-other"))
+            .create()
+            .unwrap();
+        other.init_transactions(Duration::from_secs(30)).unwrap();
+        other.begin_transaction().unwrap();
+        other
+            .send(BaseRecord::to(&topic).key(&key).payload(&value))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        other.flush(Duration::from_secs(10)).unwrap();
+        other
+    })
+    .await
+    .unwrap();
+
+    let relay = Relay::start(&e);
+    tokio::task::block_in_place(|| {
+        wait_for("transactions initialised", Duration::from_secs(60), || {
+            relay.log().contains("Kafka transactions initialised")
+        });
+        // The first transaction fills meanwhile.
+        std::thread::sleep(Duration::from_secs(1));
+        other.commit_transaction(Duration::from_secs(30)).unwrap();
+        wait_for(
+            "the session to see the move",
+            Duration::from_secs(60),
+            || relay.log().contains("the position ledger moved"),
+        );
+    });
+    sent.extend(write(&mut client, slot, &aggs, 200, &[1, 10], 0).await);
+    // Fails on any of the vouched events ("never committed" among `sent`),
+    // on a duplicate, and on a reordered or missing one.
+    verify_once(broker, &e, sent).await;
+    let log = relay.log();
+    assert!(log.contains("Kafka transaction aborted"), "{log}");
 }
