@@ -50,11 +50,14 @@ pub(crate) const DEFAULT_STANDBY_POLL_INTERVAL: Duration = Duration::from_secs(1
 /// little there: exactly-once drops a record's payload once the producer
 /// has it (an abort resumes from the ledger, never from memory). Each
 /// commit waits for its transaction's last record, so fewer, larger ones
-/// drain faster: against at-least-once, one bench run each (200,000 events
-/// in 100-row transactions, 3 rounds), 2048 drained at 0.81 x, 4096 at
-/// 0.86 x with 31.7 MiB peak RSS, 8192 at 1.14 x with 34.6 MiB (past the
-/// 32 MiB target).
-pub(crate) const DEFAULT_TRANSACTION_MAX_EVENTS: usize = 4096;
+/// drain faster, but the producer keeps a copy of every record until the
+/// commit. 3072 keeps a drain's peak RSS within the 32 MiB target: against
+/// 4096 in one run (docs/benchmarks.md, 2026-12-03, afternoon; 200,000
+/// events, 5 rounds of each shape), 100-row drains at 0.92 x and 1-row ones
+/// at 1.03 x, peak RSS 30.0-32.0 MiB against 31.1-33.2. (4096 drained
+/// 100-row backlogs at 1.03 x at-least-once in another run; 8192 at 1.14 x
+/// with 34.6 MiB in an earlier one.)
+pub(crate) const DEFAULT_TRANSACTION_MAX_EVENTS: usize = 3072;
 /// Longest a Kafka transaction stays open (exactly-once) while the stream
 /// is busy: a `read_committed` consumer sees nothing of it until it commits,
 /// so this bounds the latency a steady stream adds. An idle stream commits
