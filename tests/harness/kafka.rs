@@ -566,6 +566,35 @@ impl KafkaBroker {
     }
 }
 
+impl KafkaBroker {
+    /// A producer with `transactional_id` that wrote `key` / `value` to
+    /// `topic` in a transaction it leaves open (flushed: the broker holds
+    /// the record), like a relay stopped between its last record and its
+    /// commit. Commit or abort it to end it. Blocks.
+    pub fn open_transaction(
+        &self,
+        transactional_id: &str,
+        topic: &str,
+        key: &[u8],
+        value: &[u8],
+    ) -> rdkafka::producer::BaseProducer {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("transactional.id", transactional_id)
+            .create()
+            .expect("transactional producer");
+        producer.init_transactions(Duration::from_secs(30)).unwrap();
+        producer.begin_transaction().unwrap();
+        producer
+            .send(BaseRecord::to(topic).key(key).payload(value))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        producer.flush(Duration::from_secs(10)).unwrap();
+        producer
+    }
+}
+
 /// Assigns every partition of `topic` from its beginning and returns their
 /// ids; `None` without metadata by `deadline`. The topic may not exist yet
 /// (the code under test creates it) or the broker may be paused or

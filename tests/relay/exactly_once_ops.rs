@@ -219,7 +219,7 @@ async fn a_standby_takes_over_inside_a_split_database_transaction_and_repeats_no
 /// events it was not told about.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ledger_entry_committed_while_taking_over_restarts_the_session_from_it() {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::producer::Producer;
 
     let broker = shared();
     let slot = "eos_moved";
@@ -259,21 +259,9 @@ async fn a_ledger_entry_committed_while_taking_over_restarts_the_session_from_it
     };
     assert!(moved.confirmed_lsn > last.confirmed_lsn);
     let (key, value) = outboxd::sink::ledger_record(&moved);
-    let topic = ledger_topic.clone();
+    let (id, topic) = (format!("{ledger_topic}-other"), ledger_topic.clone());
     let other = tokio::task::spawn_blocking(move || {
-        let other: BaseProducer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", broker.bootstrap())
-            .set("transactional.id", format!("{topic}-other"))
-            .create()
-            .unwrap();
-        other.init_transactions(Duration::from_secs(30)).unwrap();
-        other.begin_transaction().unwrap();
-        other
-            .send(BaseRecord::to(&topic).key(&key).payload(&value))
-            .map_err(|(e, _)| e)
-            .unwrap();
-        other.flush(Duration::from_secs(10)).unwrap();
-        other
+        broker.open_transaction(&id, &topic, key.as_bytes(), &value)
     })
     .await
     .unwrap();

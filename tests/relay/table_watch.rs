@@ -144,7 +144,8 @@ pub(super) fn assert_halted(h: &Halted, changes: &[&str], needles: &[&str]) {
     eprintln!("/readyz: {reason}");
     assert!(
         changes.iter().any(|c| reason.contains(c)),
-        "none of {changes:?} in /readyz: {reason}"
+        "none of {changes:?} in /readyz: {reason}\nlog:\n{}",
+        h.relay.log()
     );
     for n in needles.iter().chain(&[
         "\"public\".\"outbox\"",

@@ -252,22 +252,9 @@ async fn produce_raw(topic: &str, key: &str, value: &[u8]) {
 /// left open on `topic` with one record in it: a relay stopped between its
 /// entry and EndTxn.
 async fn open_transaction_on(topic: &str, writer: &str) -> rdkafka::producer::BaseProducer {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let (topic, writer) = (topic.to_owned(), writer.to_owned());
     tokio::task::spawn_blocking(move || {
-        let other: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", shared().bootstrap())
-            .set("transactional.id", unique(&writer))
-            .create()
-            .unwrap();
-        other.init_transactions(Duration::from_secs(30)).unwrap();
-        other.begin_transaction().unwrap();
-        other
-            .send(BaseRecord::to(&topic).key(&writer).payload("{}"))
-            .map_err(|(e, _)| e)
-            .unwrap();
-        other.flush(Duration::from_secs(10)).unwrap();
-        other
+        shared().open_transaction(&unique(&writer), &topic, writer.as_bytes(), b"{}")
     })
     .await
     .unwrap()

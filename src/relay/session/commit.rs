@@ -149,7 +149,8 @@ impl<D: Delivery> Session<'_, D> {
     }
 
     /// Waits for the ledger read after the fencing, if it is still under
-    /// way: nothing commits before it. When the entry that speaks for the
+    /// way: nothing commits before it, and a failed read aborts the open
+    /// transaction and ends the session. When the entry that speaks for the
     /// session moved, the instance it fenced committed a last transaction
     /// after the gate's read: the open transaction is aborted (nothing of it
     /// becomes visible) and the session starts again from that entry.
@@ -157,7 +158,17 @@ impl<D: Delivery> Session<'_, D> {
         let Some(check) = self.fencing_check.take() else {
             return Ok(None);
         };
-        if !self.ledger.after_fencing(check.finish().await?) {
+        let found = match check.finish().await {
+            Ok(found) => found,
+            Err(e) => {
+                // Ended now rather than by the next initialisation: an open
+                // transaction holds back read_committed consumers of every
+                // partition it wrote to.
+                self.abort(&e.to_string()).await;
+                return Err(e);
+            }
+        };
+        if !self.ledger.after_fencing(found) {
             return Ok(None);
         }
         let detail = "the position ledger moved while this instance took the transactional id \
