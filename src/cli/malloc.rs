@@ -7,11 +7,13 @@
 //! another, so under load each arena keeps its own high-water mark and the
 //! peak RSS grows with how often they happened to collide: through the
 //! benchmark's 200,000-event drains the same binary peaked anywhere from 24
-//! to 35 MiB from run to run. Two arenas bound that without a measurable cost
-//! in drain rate (docs/benchmarks.md).
+//! to 35 MiB from run to run. Two arenas bounded that; one lowered the peak
+//! further, most in exactly-once (whose producer holds a whole
+//! transaction's records until the commit), at no measurable cost in drain
+//! rate in either delivery mode (docs/benchmarks.md, 2026-12-03 evening).
 
 /// Arenas when `MALLOC_ARENA_MAX` does not say otherwise.
-const ARENAS: i32 = 2;
+const ARENAS: i32 = 1;
 
 /// Caps glibc's arenas at [`ARENAS`], unless the environment sets
 /// `MALLOC_ARENA_MAX` (glibc has then applied it already). Call before any
