@@ -186,6 +186,8 @@ pub async fn run(
     // What the sessions found of the slot: the decisions below are made
     // from it, not from the health endpoint's state.
     let mut slot_record = SlotRecord::new();
+    // The outbox tables as the first session found them (`TableBaseline`).
+    let mut tables = table_watch::TableBaseline::default();
     let mut backoff = relay.reconnect_backoff_min;
     // Permanent failures in a row; anything else starts the count over.
     let mut permanent = 0;
@@ -213,6 +215,7 @@ pub async fn run(
                 &mut poison,
                 ledger,
                 &mut slot_record,
+                &mut tables,
                 stop,
             )
             .await
@@ -247,6 +250,7 @@ pub async fn run(
                         if let Some(l) = &mut ledger {
                             l.taking_over();
                         }
+                        tables.forget();
                         continue;
                     }
                     standby::Wait::Stopped => return Ok(()),

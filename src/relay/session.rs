@@ -46,7 +46,7 @@ pub(super) use poison::DEAD_LETTER_REASONS;
 pub use telemetry::EVENTS_TARGET;
 pub(super) use verdicts::PoisonMemory;
 
-use super::table_watch::{TableWatch, WatchNews};
+use super::table_watch::{TableBaseline, TableWatch, WatchNews};
 use super::{RelayError, RelaySettings};
 use crate::config::DeliveryMode;
 use crate::outbox::TableMappers;
@@ -106,17 +106,19 @@ pub(super) async fn run(
     poison: &mut PoisonMemory,
     ledger: &mut RelayLedger,
     slot: &mut SlotRecord,
+    tables: &mut TableBaseline,
     stop: watch::Receiver<bool>,
 ) -> Result<SessionEnd, RelayError> {
     match settings.config.relay.delivery {
         DeliveryMode::AtLeastOnce => {
-            Session::<AtLeastOnce>::run(settings, mapper, poison, ledger, slot, stop).await
+            Session::<AtLeastOnce>::run(settings, mapper, poison, ledger, slot, tables, stop).await
         }
         DeliveryMode::ExactlyOnce => {
             // From what Kafka committed, not from what this process
             // believes it committed.
             ledger.refresh().await?;
-            Session::<Transactional>::run(settings, mapper, poison, ledger, slot, stop).await
+            Session::<Transactional>::run(settings, mapper, poison, ledger, slot, tables, stop)
+                .await
         }
     }
 }
@@ -169,6 +171,7 @@ impl<'a, D: Delivery> Session<'a, D> {
         poison: &'a mut PoisonMemory,
         ledger: &'a mut RelayLedger,
         slot: &'a mut SlotRecord,
+        tables: &mut TableBaseline,
         mut stop: watch::Receiver<bool>,
     ) -> Result<SessionEnd, RelayError> {
         let mut start = Start::default();
@@ -178,7 +181,7 @@ impl<'a, D: Delivery> Session<'a, D> {
         .await?;
         let start_lsn = source.start_lsn;
         let interval = settings.config.postgres.status_interval;
-        let table_watch = TableWatch::start(&settings.source, start_lsn, interval)
+        let table_watch = TableWatch::start(&settings.source, start_lsn, interval, tables)
             .await
             .map_err(SourceError::from)?;
         let source = source.start(DriverOptions {

@@ -62,6 +62,25 @@ const LOOKS_PER_INTERVAL: u32 = 4;
 /// cannot_connect_now.
 const SHUTTING_DOWN: [&str; 3] = ["57P01", "57P02", "57P03"];
 
+/// The outbox tables as the first session of this process found them.
+/// Every later session judges what it finds against them, not against its
+/// own first look: a session that started after a change (a reconnect
+/// between the change and the next look, or while the relay was halted)
+/// would otherwise take the changed table for the configured one, name
+/// another change, or, when the new table was published by then, stream on
+/// past the events the change kept out of the stream. A restart of the
+/// process, which every halt names as part of the recovery, starts afresh.
+#[derive(Debug, Default)]
+pub(super) struct TableBaseline(Option<Vec<admin::TableIdentity>>);
+
+impl TableBaseline {
+    /// Another instance streamed the slot meanwhile (this one stood by and
+    /// takes it over): what it found then no longer speaks for the tables.
+    pub(super) fn forget(&mut self) {
+        self.0 = None;
+    }
+}
+
 /// What the watch has to tell the session.
 pub(super) enum WatchNews {
     /// The table changed: halt, with this reason.
@@ -99,12 +118,14 @@ impl Drop for TableWatch {
 
 impl TableWatch {
     /// Takes the table's identity now (the session has just checked it is
-    /// published) and starts watching it. Nothing above `start` is
+    /// published) and starts watching it against `baseline` (set from this
+    /// look in the process's first session). Nothing above `start` is
     /// confirmable until the first look after this one.
     pub(super) async fn start(
         settings: &SourceSettings,
         start: Lsn,
         interval: Duration,
+        baseline: &mut TableBaseline,
     ) -> Result<TableWatch, AdminError> {
         // Named apart from the other SQL connections, for pg_stat_activity.
         let mut settings = settings.clone();
@@ -116,15 +137,19 @@ impl TableWatch {
         let (tx, state) = watch::channel(WatchState::default());
         let ceiling = ConfirmCeiling::new(start);
         let hurry = Arc::new(Notify::new());
+        let baseline = baseline
+            .0
+            .get_or_insert_with(|| first.identities.clone())
+            .clone();
         // The session checked the table a moment ago; if it changed since,
-        // this first look already says so.
-        if let Err((i, change)) = admin::judge_all(&first.identities, &first.identities) {
+        // or since an earlier session, this first look already says so.
+        if let Err((i, change)) = admin::judge_all(&baseline, &first.identities) {
             tx.send_modify(|s| s.changed = Some(reason(settings, i, change, start, &first)));
         }
         let task = tokio::spawn(watch_loop(Looker {
             settings: settings.clone(),
             client: Some(client),
-            start: first.identities.clone(),
+            start: baseline,
             last_intact: first,
             ceiling: ceiling.clone(),
             tx,
