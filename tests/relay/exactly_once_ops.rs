@@ -16,14 +16,15 @@ use super::faults::join;
 use super::slot_loss::{failover_without_a_failover_slot, slot_dropped_under_the_relay};
 use super::standby::readyz_until;
 use super::support::{
-    aggregates, confirmed_lsn, env, ledger_entries, lsn_now, use_ledger_topic, wait_for, write,
-    Copies, ReadBack, Relay,
+    aggregates, confirmed_lsn, env, ledger_entries, lsn_now, slot_active, use_ledger_topic,
+    wait_for, write, Copies, ReadBack, Relay,
 };
 use super::table_watch::{
     assert_halted, change_under_the_relay_in, readyz, RelayMode, RECREATE_OUTBOX, RENAME_OUTBOX,
     UNPUBLISH_OUTBOX,
 };
 use crate::harness::kafka::shared;
+use crate::harness::outboxd::tail;
 
 /// The slot dropped under an exactly-once relay: it stops naming the gap,
 /// as at-least-once does, and the way back (backfill, `--accept-gap`)
@@ -286,4 +287,59 @@ async fn a_ledger_entry_committed_while_taking_over_restarts_the_session_from_it
     verify_once(broker, &e, sent).await;
     let log = relay.log();
     assert!(log.contains("Kafka transaction aborted"), "{log}");
+}
+
+/// What operators do to look at the next events, on an exactly-once slot
+/// after a `kill -9` (the slot may lag the ledger): `outboxd tail` prints
+/// them and moves nothing, and the restarted relay delivers every event
+/// once, the ones tail printed included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_on_an_exactly_once_slot_moves_nothing_and_the_relay_delivers_what_it_printed_once() {
+    let broker = shared();
+    let slot = "eos_tail";
+    let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
+    let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
+    use_ledger_topic(&e, &ledger_topic);
+    let mut client = e.pg.client("app").await;
+    let aggs = aggregates(4);
+    let pg = &e.pg;
+
+    let mut relay = Relay::start(&e);
+    let mut sent = write(&mut client, slot, &aggs, 200, &[1, 10], 0).await;
+    let end = lsn_now(pg);
+    tokio::task::block_in_place(|| {
+        wait_for("the ledger at the end", Duration::from_secs(120), || {
+            ledger_entries(broker, &ledger_topic)
+                .last()
+                .is_some_and(|(_, entry)| entry.confirmed_lsn >= end)
+        })
+    });
+    relay.signal("-KILL");
+    tokio::task::block_in_place(|| {
+        assert!(relay.wait(Duration::from_secs(10)).is_some());
+        wait_for("the slot released", Duration::from_secs(30), || {
+            !slot_active(pg, slot)
+        });
+    });
+
+    let waiting = write(&mut client, slot, &aggs, 20, &[1, 10], 0).await;
+    let before = confirmed_lsn(pg, slot);
+    let peek = tokio::task::block_in_place(|| {
+        tail(&e.config, &["--limit", "20"], Duration::from_secs(60))
+    });
+    assert!(peek.success, "{}", peek.stderr);
+    assert_eq!(peek.events.len(), 20, "{}", peek.stderr);
+    assert_eq!(confirmed_lsn(pg, slot), before, "tail moved the slot");
+    sent.extend(waiting);
+    // From the slot, which may lag the ledger: committed events, relayed
+    // already or not.
+    let committed: HashSet<&str> = sent.iter().map(|s| s.id.as_str()).collect();
+    for ev in &peek.events {
+        let id = ev["row"]["id"].as_str().unwrap_or_default();
+        assert!(committed.contains(id), "tail printed {ev}");
+    }
+
+    let _relay = Relay::start(&e);
+    sent.extend(write(&mut client, slot, &aggs, 50, &[1, 10], 0).await);
+    verify_once(broker, &e, sent).await;
 }

@@ -5,7 +5,9 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::support::{aggregates, env, payload_texts, verify, wait_for, write, Env, Relay};
+use super::support::{
+    aggregates, env, payload_texts, slot_active, verify, wait_for, write, Env, Relay,
+};
 use crate::harness::kafka::shared;
 use crate::harness::outboxd::{bin, wait_with_timeout};
 
@@ -26,15 +28,6 @@ fn partitioned_env(slot: &str) -> Env {
     e
 }
 
-fn slot_active(e: &Env, slot: &str) -> bool {
-    e.pg.psql(
-        "app",
-        &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'"),
-    )
-    .trim()
-        == "t"
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitioned_outbox_is_relayed_including_a_partition_attached_later() {
     let e = partitioned_env("part");
@@ -43,7 +36,7 @@ async fn partitioned_outbox_is_relayed_including_a_partition_attached_later() {
     let relay = Relay::start(&e);
     tokio::task::block_in_place(|| {
         wait_for("the relay streaming", Duration::from_secs(60), || {
-            slot_active(&e, "part")
+            slot_active(&e.pg, "part")
         })
     });
     let aggs = aggregates(10);

@@ -654,6 +654,16 @@ pub fn confirmed_lsn(pg: &PgCluster, slot: &str) -> outboxd::Lsn {
     .unwrap()
 }
 
+/// A walsender streams the slot (a relay or `outboxd tail` holds it).
+pub fn slot_active(pg: &PgCluster, slot: &str) -> bool {
+    pg.psql(
+        "app",
+        &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'"),
+    )
+    .trim()
+        == "t"
+}
+
 pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::support::{confirmed_lsn, env, lsn_now, wait_for, Env, Relay};
+use super::support::{confirmed_lsn, env, lsn_now, slot_active, wait_for, Env, Relay};
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::{shared, Record};
 use crate::harness::outboxd::{bin, wait_with_timeout};
@@ -157,12 +157,7 @@ async fn two_tables_written_by_the_same_transactions_are_relayed_each_by_its_map
     let relay = Relay::start(&e);
     tokio::task::block_in_place(|| {
         wait_for("the relay streaming", Duration::from_secs(60), || {
-            e.pg.psql(
-                "app",
-                &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'"),
-            )
-            .trim()
-                == "t"
+            slot_active(&e.pg, slot)
         })
     });
     let written = write_both(&e).await;
@@ -235,12 +230,7 @@ async fn two_tables_written_by_the_same_transactions_are_relayed_each_by_its_map
     drop(relay);
     tokio::task::block_in_place(|| {
         wait_for("the slot released", Duration::from_secs(30), || {
-            e.pg.psql(
-                "app",
-                &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'"),
-            )
-            .trim()
-                == "f"
+            !slot_active(&e.pg, slot)
         })
     });
     let (code, out) = tokio::task::block_in_place(|| check(&e));
