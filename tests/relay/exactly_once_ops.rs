@@ -13,7 +13,9 @@ use super::exactly_once::{
     EXACTLY_ONCE,
 };
 use super::faults::join;
-use super::slot_loss::{failover_without_a_failover_slot, slot_dropped_under_the_relay};
+use super::slot_loss::{
+    failover_without_a_failover_slot, restored_on_another_cluster, slot_dropped_under_the_relay,
+};
 use super::standby::readyz_until;
 use super::support::{
     aggregates, confirmed_lsn, env, ledger_entries, lsn_now, slot_active, use_ledger_topic,
@@ -342,4 +344,21 @@ async fn tail_on_an_exactly_once_slot_moves_nothing_and_the_relay_delivers_what_
     let _relay = Relay::start(&e);
     sent.extend(write(&mut client, slot, &aggs, 50, &[1, 10], 0).await);
     verify_once(broker, &e, sent).await;
+}
+
+/// A database restored on another cluster under the same database and slot
+/// names: an exactly-once relay stops naming it, as at-least-once does, and
+/// `--accept-gap` relays the new cluster's events once, none of them taken
+/// for ones the old cluster's ledger entry vouches for (both clusters'
+/// positions are in the same range).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_cluster_under_the_same_names_stops_an_exactly_once_relay_and_accept_gap_relays_once(
+) {
+    let v = restored_on_another_cluster(
+        "eos_restored",
+        "delivery = \"exactly-once\"\n",
+        ReadBack::ToEnd,
+    )
+    .await;
+    assert_eq!(v.duplicates, 0);
 }

@@ -454,3 +454,109 @@ pub(super) async fn failover_without_a_failover_slot(slot: &str, relay_extra: &s
     assert_eq!(v.delivered, sent.len());
     repeated
 }
+
+/// A database restored on another cluster (another system identifier)
+/// under the same database and slot names, which the relay's configuration
+/// points at unchanged: it stops naming the other cluster, and `--accept-gap`
+/// relays what the new cluster's slot holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_cluster_under_the_same_names_stops_the_relay_and_accept_gap_resumes() {
+    let v = restored_on_another_cluster("restored", "", ReadBack::Count).await;
+    assert_eq!(v.duplicates, 0);
+}
+
+/// The relay streams a first cluster (with `relay_extra` in its `[relay]`
+/// table) until the slot is confirmed to the end and stops; then a second
+/// cluster, with events of its own already in a slot of the same name,
+/// takes the first one's place in the configuration. The relay must refuse
+/// it naming both system identifiers and the way back; with
+/// `--accept-gap` it relays the second cluster's events. Returns the
+/// read-back of both clusters' events.
+pub(super) async fn restored_on_another_cluster(
+    slot: &str,
+    relay_extra: &str,
+    read: ReadBack,
+) -> Verdict {
+    let broker = shared();
+    let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
+    let extra = format!("[relay]\n{relay_extra}");
+    let first = env(broker.bootstrap(), slot, &extra);
+    use_ledger_topic(&first, &ledger_topic);
+    let mut relay = Relay::start(&first);
+    let mut client = first.pg.client("app").await;
+    let mut sent = super::support::write(&mut client, slot, &aggregates(4), 50, &[1, 10], 0).await;
+    let end = lsn_now(&first.pg);
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the slot confirmed to the end",
+            Duration::from_secs(120),
+            || confirmed_lsn(&first.pg, slot) >= end,
+        );
+        relay.signal("-TERM");
+        assert!(relay.wait(Duration::from_secs(30)).is_some());
+    });
+
+    let second = env(broker.bootstrap(), slot, &extra);
+    use_ledger_topic(&second, &ledger_topic);
+    let sysid = |e: &Env| {
+        e.pg.psql("app", "SELECT system_identifier FROM pg_control_system()")
+            .trim()
+            .to_owned()
+    };
+    let (old, new) = (sysid(&first), sysid(&second));
+    assert_ne!(old, new);
+    let restored: Vec<String> = aggregates(4).iter().map(|a| format!("r{a}")).collect();
+    let mut client = second.pg.client("app").await;
+    sent.extend(super::support::write(&mut client, slot, &restored, 30, &[1, 10], 0).await);
+
+    let held = confirmed_lsn(&second.pg, slot);
+    let mut refused = Relay::start(&second);
+    let status = tokio::task::block_in_place(|| refused.wait(Duration::from_secs(60)));
+    let log = refused.log();
+    let status = status.unwrap_or_else(|| panic!("the relay kept running; its log:\n{log}"));
+    assert!(!status.success(), "exit {status:?}; log:\n{log}");
+    for needle in [
+        "another PostgreSQL cluster",
+        &format!("system identifier {new}, the ledger's is {old}"),
+        "outboxd run --accept-gap",
+    ] {
+        assert!(
+            log.contains(needle),
+            "{needle:?} not in the relay's log:\n{log}"
+        );
+    }
+    assert_eq!(
+        confirmed_lsn(&second.pg, slot),
+        held,
+        "the refused relay moved the slot"
+    );
+
+    let accepted = Relay::start_with(&second, &[], &["--accept-gap"]);
+    let mut texts = payload_texts(&first.pg);
+    texts.extend(payload_texts(&second.pg));
+    let logs = second.dir.path().to_path_buf();
+    let v = tokio::task::block_in_place(|| {
+        verify_reading(
+            broker,
+            &sent,
+            &texts,
+            Duration::from_secs(120),
+            false,
+            true,
+            read,
+            &logs,
+        )
+    });
+    let accepted_log = accepted.log();
+    assert!(
+        accepted_log.contains("accepting a gap (--accept-gap)"),
+        "no WARN naming the accepted gap:\n{accepted_log}"
+    );
+    eprintln!(
+        "restored on another cluster: {} committed on both, {} delivered, {} duplicates",
+        sent.len(),
+        v.delivered,
+        v.duplicates
+    );
+    v
+}
