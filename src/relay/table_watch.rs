@@ -30,7 +30,7 @@
 //! the client to confirm everything sent (seen: `pg_ctl restart` gave up
 //! after 60 s).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
@@ -62,22 +62,42 @@ const LOOKS_PER_INTERVAL: u32 = 4;
 /// cannot_connect_now.
 const SHUTTING_DOWN: [&str; 3] = ["57P01", "57P02", "57P03"];
 
-/// The outbox tables as the first session of this process found them.
+/// The outbox tables as the first session of this process found them, and
+/// the last look of any of its sessions that found them intact.
 /// Every later session judges what it finds against them, not against its
 /// own first look: a session that started after a change (a reconnect
 /// between the change and the next look, or while the relay was halted)
 /// would otherwise take the changed table for the configured one, name
 /// another change, or, when the new table was published by then, stream on
-/// past the events the change kept out of the stream. A restart of the
-/// process, which every halt names as part of the recovery, starts afresh.
+/// past the events the change kept out of the stream. Its halt names the
+/// rows to re-publish from that last intact look, which was before the
+/// change, not from its own. A restart of the process, which every halt
+/// names as part of the recovery, starts afresh.
 #[derive(Debug, Default)]
-pub(super) struct TableBaseline(Option<Vec<admin::TableIdentity>>);
+pub(super) struct TableBaseline {
+    identities: Option<Vec<admin::TableIdentity>>,
+    last_intact: LastIntact,
+}
+
+/// The last intact look, written by each session's watch task.
+#[derive(Debug, Clone, Default)]
+struct LastIntact(Arc<Mutex<Option<Observation>>>);
+
+impl LastIntact {
+    fn get(&self) -> Option<Observation> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, look: &Observation) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(look.clone());
+    }
+}
 
 impl TableBaseline {
     /// Another instance streamed the slot meanwhile (this one stood by and
     /// takes it over): what it found then no longer speaks for the tables.
     pub(super) fn forget(&mut self) {
-        self.0 = None;
+        *self = TableBaseline::default();
     }
 }
 
@@ -137,20 +157,27 @@ impl TableWatch {
         let (tx, state) = watch::channel(WatchState::default());
         let ceiling = ConfirmCeiling::new(start);
         let hurry = Arc::new(Notify::new());
-        let baseline = baseline
-            .0
+        let identities = baseline
+            .identities
             .get_or_insert_with(|| first.identities.clone())
             .clone();
         // The session checked the table a moment ago; if it changed since,
         // or since an earlier session, this first look already says so.
-        if let Err((i, change)) = admin::judge_all(&baseline, &first.identities) {
-            tx.send_modify(|s| s.changed = Some(reason(settings, i, change, start, &first)));
+        let mut last_intact = first.clone();
+        if let Err((i, change)) = admin::judge_all(&identities, &first.identities) {
+            if let Some(earlier) = baseline.last_intact.get() {
+                last_intact = earlier;
+            }
+            tx.send_modify(|s| s.changed = Some(reason(settings, i, change, start, &last_intact)));
+        } else {
+            baseline.last_intact.set(&first);
         }
         let task = tokio::spawn(watch_loop(Looker {
             settings: settings.clone(),
             client: Some(client),
-            start: baseline,
-            last_intact: first,
+            start: identities,
+            last_intact,
+            shared_intact: baseline.last_intact.clone(),
             ceiling: ceiling.clone(),
             tx,
             hurry: Arc::clone(&hurry),
@@ -222,6 +249,8 @@ struct Looker {
     start: Vec<admin::TableIdentity>,
     /// The latest look that found the table intact.
     last_intact: Observation,
+    /// [`TableBaseline`]'s copy of it, for the sessions after this one.
+    shared_intact: LastIntact,
     ceiling: ConfirmCeiling,
     tx: watch::Sender<WatchState>,
     hurry: Arc<Notify>,
@@ -299,6 +328,7 @@ async fn watch_loop(mut l: Looker) {
         match admin::judge_all(&l.start, &now.identities) {
             Ok(()) => {
                 l.ceiling.raise(l.last_intact.lsn);
+                l.shared_intact.set(&now);
                 l.last_intact = now;
                 l.tx.send_modify(|s| s.looks += 1);
             }

@@ -266,14 +266,18 @@ async fn a_session_started_after_the_table_was_replaced_still_halts_before_its_e
         ),
     );
     pg.psql("app", "ALTER PUBLICATION outboxd ADD TABLE outbox");
+    // Cut, and the time right after it: any look that found the table
+    // intact was before the change, so before this.
     let cut = pg.psql(
         "app",
         &format!(
-            "SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots \
-             WHERE slot_name = '{slot}'"
+            "SELECT n || '|' || clock_timestamp()::text FROM (SELECT \
+             count(pg_terminate_backend(active_pid)) AS n FROM pg_replication_slots \
+             WHERE slot_name = '{slot}') c"
         ),
     );
-    assert_eq!(cut.trim(), "1", "{}", relay.log());
+    let (killed, cut_time) = cut.trim().split_once('|').unwrap();
+    assert_eq!(killed, "1", "{}", relay.log());
     let written = lsn_now(pg);
     // Published again: what is written now is in the stream, and moves it.
     write(&mut client, slot, &aggs, 5, &[5], 0).await;
@@ -300,6 +304,25 @@ async fn a_session_started_after_the_table_was_replaced_still_halts_before_its_e
         confirmed < written,
         "{LOST} events written before the new table was published are lost: the slot confirmed \
          {confirmed}, past them (changed at {changed_at}, written by {written}); log:\n{}",
+        relay.log()
+    );
+    // The rows to re-publish are named from the last look before the
+    // change (the old session's), not from the new session's first, which
+    // was after the cut.
+    let (_, reason) = readyz(port);
+    let since = reason
+        .split("committed since ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (WAL position").next())
+        .unwrap_or_else(|| panic!("no time in the halt: {reason}"));
+    let before = pg.psql(
+        "app",
+        &format!("SELECT timestamptz '{since}' < timestamptz '{cut_time}'"),
+    );
+    assert_eq!(
+        before.trim(),
+        "t",
+        "the halt names rows since {since}, after the cut at {cut_time}: {reason}\nlog:\n{}",
         relay.log()
     );
     let h = Halted {
