@@ -5,9 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::support::{
-    aggregates, env, payload_texts, slot_active, verify, wait_for, write, Env, Relay,
-};
+use super::support::{aggregates, env, slot_active, verify_env, wait_for, write, Env, Relay};
 use crate::harness::kafka::shared;
 use crate::harness::outboxd::{bin, wait_with_timeout};
 
@@ -55,18 +53,7 @@ async fn partitioned_outbox_is_relayed_including_a_partition_attached_later() {
             .trim(),
         "100"
     );
-    let texts = payload_texts(&e.pg);
-    let logs = e.dir.path().to_path_buf();
-    let v = tokio::task::block_in_place(|| {
-        verify(
-            shared(),
-            &sent,
-            &texts,
-            Duration::from_secs(60),
-            false,
-            &logs,
-        )
-    });
+    let v = verify_env(&e, &sent, Duration::from_secs(60));
     assert_eq!(v.delivered, 200);
     assert_eq!(
         e.pg.psql(

@@ -354,6 +354,23 @@ pub fn verify(
     )
 }
 
+/// [`verify`] of `env`'s events (their payload text read from its
+/// database, its relays' logs quoted), no duplicates allowed; from a test's
+/// async body.
+pub fn verify_env(env: &Env, sent: &[Sent], timeout: Duration) -> Verdict {
+    let texts = payload_texts(&env.pg);
+    tokio::task::block_in_place(|| {
+        verify(
+            crate::harness::kafka::shared(),
+            sent,
+            &texts,
+            timeout,
+            false,
+            env.dir.path(),
+        )
+    })
+}
+
 /// As [`verify`], without the order check when `check_order` is false: for
 /// events that reached Kafka only through `outboxd backfill`, which sends
 /// in `ORDER BY created_at, id` order, so two events of one aggregate in

@@ -9,8 +9,8 @@ use std::time::Duration;
 use outboxd::Lsn;
 
 use super::support::{
-    aggregates, confirmed_lsn, edit_config, env, lsn_now, payload_texts, use_ledger_topic, verify,
-    verify_reading, wait_for, write, Env, ReadBack, Relay,
+    aggregates, confirmed_lsn, edit_config, env, lsn_now, payload_texts, use_ledger_topic,
+    verify_env, verify_reading, wait_for, write, Env, ReadBack, Relay,
 };
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::shared;
@@ -244,18 +244,7 @@ async fn a_session_started_after_the_table_was_replaced_still_halts_before_its_e
     let pg = &e.pg;
     let mut client = pg.client("app").await;
     let sent = write(&mut client, slot, &aggs, 10, &[5], 0).await;
-    let texts = payload_texts(pg);
-    let logs = e.dir.path().to_path_buf();
-    tokio::task::block_in_place(|| {
-        verify(
-            shared(),
-            &sent,
-            &texts,
-            Duration::from_secs(60),
-            false,
-            &logs,
-        )
-    });
+    verify_env(&e, &sent, Duration::from_secs(60));
 
     let changed_at = lsn_now(pg);
     pg.psql(
@@ -378,16 +367,5 @@ async fn losing_the_watch_connection_is_no_table_change() {
         !log.contains("table watch: cannot look at the outbox table"),
         "{log}"
     );
-    let texts = payload_texts(pg);
-    let logs = e.dir.path().to_path_buf();
-    tokio::task::block_in_place(|| {
-        verify(
-            shared(),
-            &sent,
-            &texts,
-            Duration::from_secs(60),
-            false,
-            &logs,
-        )
-    });
+    verify_env(&e, &sent, Duration::from_secs(60));
 }
