@@ -185,6 +185,28 @@ impl Relay {
             .unwrap_or(0)
     }
 
+    /// Whether the process has ended (a zombie until it is waited for).
+    pub fn exited(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+            .ok()
+            .and_then(|stat| {
+                // The state follows the command name, which is in brackets.
+                let (_, rest) = stat.rsplit_once(") ")?;
+                rest.chars().next()
+            })
+            .map_or(true, |state| matches!(state, 'Z' | 'X'))
+    }
+
+    /// How long ago the relay last wrote to its log (per-event trail
+    /// included): a stuck relay is told apart from a slow one.
+    pub fn silent_for(&self) -> Duration {
+        std::fs::metadata(&self.log)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .unwrap_or_default()
+    }
+
     /// The relay's log without the per-event trail (see [`event_trail`]).
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log)

@@ -9,7 +9,7 @@ use tokio::sync::{RwLock, RwLockWriteGuard};
 use tokio::task::{block_in_place, JoinHandle};
 
 use crate::harness::pg::PgCluster;
-use crate::relay::faults::tail_lines;
+use crate::relay::faults::{notable_lines, tail_lines};
 use crate::relay::support::{aggregates, confirmed_lsn, lsn_now, wait_for, Relay, Sent};
 
 /// Writers that go on until told to stop, in transactions of mixed sizes,
@@ -113,11 +113,24 @@ pub(super) fn caught_up(pg: &PgCluster, slot: &str, relay: &Relay) {
     let end = lsn_now(pg);
     let deadline = Instant::now() + Duration::from_secs(120);
     while confirmed_lsn(pg, slot) < end {
-        assert!(
-            Instant::now() < deadline,
-            "the relay did not confirm {slot} to {end} in 120 s; its log:\n{}",
-            tail_lines(&relay.log(), 60)
-        );
+        if Instant::now() >= deadline || relay.exited() {
+            // The summary first: a CI report may keep only a message's head.
+            let log = relay.log();
+            panic!(
+                "the relay did not confirm {slot} to {end}: {}, confirmed {}, its log silent \
+                 for {:.0} s, {}; its last lines above DEBUG:\n{}\nits last lines:\n{}",
+                if relay.exited() {
+                    "it exited"
+                } else {
+                    "still running after 120 s"
+                },
+                confirmed_lsn(pg, slot),
+                relay.silent_for().as_secs_f64(),
+                recoveries(relay),
+                notable_lines(&log, 30),
+                tail_lines(&log, 20)
+            );
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
 }
