@@ -455,8 +455,8 @@ fn first_commit_end_after(pg: &crate::harness::pg::PgCluster, after: outboxd::Ls
 /// The last `n` lines of `log` above DEBUG: the relay's decisions and
 /// troubles without the per-transaction chatter.
 pub(super) fn notable_lines(log: &str, n: usize) -> String {
-    let lines: Vec<&str> = log.lines().filter(|l| !l.contains(" DEBUG ")).collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
+    let notable: Vec<&str> = log.lines().filter(|l| !l.contains(" DEBUG ")).collect();
+    tail_lines(&notable.join("\n"), n)
 }
 
 pub(super) fn tail_lines(s: &str, n: usize) -> String {
