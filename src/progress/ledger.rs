@@ -141,6 +141,12 @@ pub struct LedgerEntry {
     /// Kafka transaction reached, past `confirmed_lsn`. Left out otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inside: Option<InsideTransaction>,
+    /// Exactly-once: written in the Kafka transaction that holds the events
+    /// it vouches for. Such a relay never confirms the slot past its last
+    /// committed entry, so a slot found past it means events are missing
+    /// from Kafka, not that the ledger lags (`GapReason::SlotPastLedger`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transactional: bool,
 }
 
 /// How far into a database transaction the relay got (exactly-once): its
@@ -243,6 +249,7 @@ mod tests {
                 accepted_at_us: 5,
             }],
             inside: None,
+            transactional: false,
         }
     }
 
@@ -276,11 +283,14 @@ mod tests {
                 commit_lsn: Lsn(0x1_0200_0000),
                 events: 10_000,
             }),
+            transactional: true,
             ..e
         };
+        assert!(json.get("transactional").is_none(), "left out when false");
         let json: serde_json::Value = serde_json::from_slice(&split.to_json()).unwrap();
         assert_eq!(json["inside"]["commit_lsn"], "1/2000000");
         assert_eq!(json["inside"]["events"], 10_000);
+        assert_eq!(json["transactional"], true);
         assert_eq!(LedgerEntry::from_json(&split.to_json()).unwrap(), split);
     }
 

@@ -26,7 +26,7 @@ use super::telemetry::{RelayEvent, RelayTelemetry};
 use super::{RelayError, RelaySettings};
 use crate::progress::ledger::{
     decide_start, format_time_us, select_entry, AcceptedGap, GapReason, InsideTransaction,
-    LedgerEntry, LedgerIdentity, LedgerWriter, SlotState, StartDecision, StartInputs,
+    LedgerEntry, LedgerIdentity, LedgerWriter, SlotState, StartDecision, StartGap, StartInputs,
 };
 use crate::sink::{LedgerReader, LedgerTopic, LedgerTopicError, ReadTo};
 use crate::source::session::{Identified, SlotPlan};
@@ -85,6 +85,9 @@ pub(super) struct Start {
     pub(super) inside: Option<InsideTransaction>,
     /// A gap the operator accepted: recorded with the next entry.
     pub(super) accepted: Option<AcceptedGap>,
+    /// Exactly-once: the slot is past the entry read so far; a gap unless
+    /// the read to the end after the fencing finds a newer entry.
+    pub(super) unconfirmed_gap: Option<StartGap>,
 }
 
 /// The ledger read after a fencing, under way (see
@@ -94,11 +97,12 @@ pub(super) struct FencingCheck {
     topic: String,
 }
 
-/// The entries read after a fencing, and whether the one that speaks for
-/// the session moved since its gate.
+/// The entries read after a fencing, whether the one that speaks for the
+/// session moved since its gate, and the gap the gate left to this read.
 pub(super) struct AfterFencing {
     entries: Vec<LedgerEntry>,
     moved: bool,
+    unconfirmed_gap: Option<StartGap>,
 }
 
 impl FencingCheck {
@@ -199,6 +203,10 @@ impl RelayLedger {
             slot: found.slot,
             create_slot: settings.source.create_slot,
             accept_gap: self.accept_gap,
+            exactly_once: matches!(
+                settings.config.relay.delivery,
+                crate::config::DeliveryMode::ExactlyOnce
+            ),
         });
         // A failover slot synchronised to the promoted standby carries its
         // position over the promotion: no gap. The synchronised copy lags
@@ -263,6 +271,14 @@ impl RelayLedger {
                         "the slot is confirmed past the position ledger: the events committed from {ledger} to {slot} were relayed in the last status interval before an unclean stop, or the slot was advanced by hand (pg_replication_slot_advance) and they never were; if in doubt, run `outboxd backfill --since '{time}'`"
                     );
                 }
+                SlotPlan::AsConfigured
+            }
+            // Read to the stable offset only: a transaction of another relay
+            // open on the shared topic may hide this one's last entry. The
+            // read to the end after the fencing settles it.
+            StartDecision::Gap(gap) if gap.reason == GapReason::SlotPastLedger => {
+                tracing::info!(slot = %self.slot, ledger = ?gap.ledger_lsn, slot_confirmed = %gap.resume_lsn, "the slot is confirmed past the position ledger read so far; reading the ledger to its end before the first commit");
+                start.unconfirmed_gap = Some(gap);
                 SlotPlan::AsConfigured
             }
             StartDecision::Gap(gap) => {
@@ -353,6 +369,7 @@ impl RelayLedger {
     pub(super) fn check_after_fencing(&self, start: &Start) -> Option<FencingCheck> {
         let identity = start.identity.clone()?;
         let previous = start.previous.clone();
+        let unconfirmed_gap = start.unconfirmed_gap.clone();
         let reader = self.reader.clone();
         let topic = reader.topic().to_owned();
         let (database, slot) = (self.database.clone(), self.slot.clone());
@@ -370,17 +387,29 @@ impl RelayLedger {
                 moved,
                 "read the position ledger again after taking the transactional id over"
             );
-            Ok(AfterFencing { entries, moved })
+            Ok(AfterFencing {
+                entries,
+                moved,
+                unconfirmed_gap,
+            })
         });
         Some(FencingCheck { read, topic })
     }
 
     /// What the read after the fencing found: the next session's gate
-    /// starts from these entries when the ledger moved.
-    pub(super) fn after_fencing(&mut self, found: AfterFencing) -> bool {
+    /// starts from these entries when the ledger moved (`Ok(true)`). When
+    /// it did not, a slot the gate found past it is a gap: the events in
+    /// between are not in Kafka.
+    pub(super) fn after_fencing(&mut self, found: AfterFencing) -> Result<bool, RelayError> {
         *self.known.lock().unwrap_or_else(|e| e.into_inner()) = found.entries;
         self.fresh = found.moved;
-        found.moved
+        match found.unconfirmed_gap {
+            Some(gap) if !found.moved => {
+                self.telemetry.emit(RelayEvent::Gap(Some(&gap)));
+                Err(RelayError::Gap(Box::new(gap)))
+            }
+            _ => Ok(found.moved),
+        }
     }
 
     /// A writer for the session `start` describes.

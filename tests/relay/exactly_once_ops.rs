@@ -18,8 +18,8 @@ use super::slot_loss::{
 };
 use super::standby::readyz_until;
 use super::support::{
-    aggregates, confirmed_lsn, env, ledger_entries, lsn_now, slot_active, use_ledger_topic,
-    wait_for, write, Copies, ReadBack, Relay,
+    aggregates, confirmed_lsn, env, ledger_entries, lsn_now, payload_texts, slot_active,
+    use_ledger_topic, verify_reading, wait_for, write, Copies, ReadBack, Relay,
 };
 use super::table_watch::{
     assert_halted, change_under_the_relay_in, readyz, RelayMode, RECREATE_OUTBOX, RENAME_OUTBOX,
@@ -361,4 +361,126 @@ async fn another_cluster_under_the_same_names_stops_an_exactly_once_relay_and_ac
     )
     .await;
     assert_eq!(v.duplicates, 0);
+}
+
+/// The slot advanced by hand past an exactly-once relay's ledger (a DBA
+/// "unsticking" a slot): exactly-once never confirms the slot past its last
+/// committed ledger entry, so the events in between are not in Kafka. The
+/// relay stops naming the gap and the way back (before, it logged that the
+/// ledger lags by up to an interval, an at-least-once reading, and resumed
+/// from the slot without them); the backfill it names, then
+/// `--accept-gap`, bring every event, and what the relay wrote is there
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_advanced_past_an_exactly_once_ledger_stops_the_relay_and_backfill_recovers() {
+    let broker = shared();
+    let slot = "eos_advanced";
+    let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
+    let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
+    use_ledger_topic(&e, &ledger_topic);
+    let mut client = e.pg.client("app").await;
+    let aggs = aggregates(4);
+    let pg = &e.pg;
+
+    let mut relay = Relay::start(&e);
+    let mut sent = write(&mut client, slot, &aggs, 100, &[1, 10], 0).await;
+    let end = lsn_now(pg);
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the slot confirmed to the end",
+            Duration::from_secs(120),
+            || confirmed_lsn(pg, slot) >= end,
+        );
+        relay.signal("-TERM");
+        assert!(
+            relay
+                .wait(Duration::from_secs(30))
+                .is_some_and(|s| s.success()),
+            "{}",
+            relay.log()
+        );
+    });
+
+    // Committed while the relay is stopped, then skipped by hand.
+    let skipped = write(&mut client, slot, &aggs, 40, &[1, 10], 0).await;
+    pg.psql(
+        "app",
+        &format!("SELECT pg_replication_slot_advance('{slot}', pg_current_wal_lsn())"),
+    );
+    let mut relay = Relay::start(&e);
+    // The gap is confirmed before the first commit, which these make due.
+    let held = write(&mut client, slot, &aggs, 20, &[1, 10], 0).await;
+    let status = tokio::task::block_in_place(|| relay.wait(Duration::from_secs(90)));
+    let log = relay.log();
+    let status = status.unwrap_or_else(|| panic!("the relay kept running; its log:\n{log}"));
+    assert!(!status.success(), "exit {status:?}; log:\n{log}");
+    for needle in [
+        "the slot is confirmed past the position ledger",
+        "outboxd backfill --since",
+        "outboxd run --accept-gap",
+    ] {
+        assert!(log.contains(needle), "{needle:?} not in the log:\n{log}");
+    }
+
+    // The way back the error names.
+    let since = log
+        .split("--since '")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .unwrap_or_else(|| panic!("no --since time in:\n{log}"))
+        .to_owned();
+    let earlier = pg.psql(
+        "app",
+        &format!("SELECT (timestamptz '{since}' - interval '10 seconds')::text"),
+    );
+    let out = std::process::Command::new(crate::harness::outboxd::bin())
+        .args(["backfill", "--config"])
+        .arg(&e.config)
+        .args(["--since", earlier.trim()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "backfill failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let accepted = Relay::start_with(&e, &[], &["--accept-gap"]);
+    let later = write(&mut client, slot, &aggs, 30, &[1, 10], 0).await;
+    sent.extend(skipped.iter().cloned());
+    sent.extend(held.iter().cloned());
+    sent.extend(later);
+    let texts = payload_texts(pg);
+    let logs = e.dir.path().to_path_buf();
+    let v = tokio::task::block_in_place(|| {
+        verify_reading(
+            broker,
+            &sent,
+            &texts,
+            Duration::from_secs(120),
+            true,
+            true,
+            ReadBack::ToEnd,
+            &logs,
+        )
+    });
+    assert!(
+        accepted.log().contains("accepting a gap (--accept-gap)"),
+        "{}",
+        accepted.log()
+    );
+    let topics: HashSet<&str> = sent.iter().map(|s| s.topic.as_str()).collect();
+    let copies = Copies::read(broker, topics);
+    for s in &skipped {
+        assert!(copies.backfilled.contains(&s.id), "{} not backfilled", s.id);
+        assert!(!copies.relayed.contains_key(&s.id), "{} relayed", s.id);
+    }
+    eprintln!(
+        "slot advanced past the exactly-once ledger: {} committed, {} delivered, {} skipped and \
+         backfilled",
+        sent.len(),
+        v.delivered,
+        skipped.len()
+    );
+    assert_eq!(copies.repeated(), 0, "the relay's own records repeated");
 }

@@ -51,6 +51,7 @@ fn entry(id: &LedgerIdentity, lsn: u64) -> LedgerEntry {
         written_at_us: lsn as i64,
         accepted_gaps: Vec::new(),
         inside: None,
+        transactional: false,
     }
 }
 

@@ -11,6 +11,7 @@
 //! | entry | no slot | `Gap` (`SlotMissing`): dropped, or lost in a failover |
 //! | entry | slot at or behind it | `Resume` (skipping what the ledger has) |
 //! | entry | slot ahead of it | `SlotAheadOfLedger`: resume, report the range |
+//! | exactly-once entry, in exactly-once | slot ahead of it | `Gap` (`SlotPastLedger`) |
 //!
 //! A `Gap` stops the relay unless the operator accepted it
 //! (`--accept-gap`), which gives `AcceptGap`: resume from the server's
@@ -50,6 +51,10 @@ pub(crate) struct StartInputs<'a> {
     pub create_slot: bool,
     /// `outboxd run --accept-gap`.
     pub accept_gap: bool,
+    /// `relay.delivery = "exactly-once"`: the ledger was read
+    /// `read_committed`, and the relay reads it again to the end before
+    /// its first commit, so an entry it finds is the last one committed.
+    pub exactly_once: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,8 +90,19 @@ pub(crate) enum StartDecision {
 pub enum GapReason {
     SlotMissing,
     SlotInvalidated,
-    SystemIdentifierChanged { ledger: String, server: String },
-    TimelineChanged { ledger: u32, server: u32 },
+    SystemIdentifierChanged {
+        ledger: String,
+        server: String,
+    },
+    TimelineChanged {
+        ledger: u32,
+        server: u32,
+    },
+    /// Exactly-once: the slot is confirmed past an entry committed in the
+    /// same Kafka transaction as its events. Such a relay never confirms
+    /// the slot past its last committed entry, so the ledger does not lag:
+    /// the events in between are not in Kafka.
+    SlotPastLedger,
 }
 
 impl fmt::Display for GapReason {
@@ -111,6 +127,13 @@ impl fmt::Display for GapReason {
                 f,
                 "the server is on timeline {server}, the ledger's is {ledger}: a promotion \
                  or a point-in-time restore"
+            ),
+            GapReason::SlotPastLedger => write!(
+                f,
+                "the slot is confirmed past the position ledger, which exactly-once delivery \
+                 commits in the same Kafka transaction as the events and never confirms the \
+                 slot beyond: the slot was advanced by hand (pg_replication_slot_advance), or \
+                 Kafka no longer holds a transaction the relay committed"
             ),
         }
     }
@@ -251,7 +274,17 @@ pub(crate) fn decide_start(inputs: StartInputs<'_>) -> StartDecision {
         // Every other combination returned above.
         _ => unreachable!("ledger and slot present"),
     };
-    if slot > ledger.confirmed_lsn {
+    if slot > ledger.confirmed_lsn && inputs.exactly_once && ledger.transactional {
+        let gap = gap(GapReason::SlotPastLedger);
+        if inputs.accept_gap {
+            StartDecision::AcceptGap {
+                gap,
+                recreate_slot: false,
+            }
+        } else {
+            StartDecision::Gap(gap)
+        }
+    } else if slot > ledger.confirmed_lsn {
         StartDecision::SlotAheadOfLedger {
             ledger: ledger.confirmed_lsn,
             ledger_commit_time_us: ledger.commit_time_us,
@@ -293,6 +326,7 @@ mod tests {
             written_at_us: 10,
             accepted_gaps: Vec::new(),
             inside: None,
+            transactional: false,
         }
     }
 
@@ -310,6 +344,7 @@ mod tests {
             slot,
             create_slot: true,
             accept_gap: false,
+            exactly_once: false,
         })
     }
 
@@ -350,6 +385,7 @@ mod tests {
             slot,
             create_slot: true,
             accept_gap: false,
+            exactly_once: false,
         }
     }
 
@@ -458,6 +494,70 @@ mod tests {
                 slot: Lsn(0x800)
             }
         );
+    }
+
+    #[test]
+    fn in_exactly_once_a_slot_past_a_transactional_entry_is_a_gap() {
+        let l = LedgerEntry {
+            transactional: true,
+            ..ledger(0x500)
+        };
+        let inputs = StartInputs {
+            exactly_once: true,
+            ..inputs_for(Some(&l), present(0x800))
+        };
+        let g = expect_gap(decide_start(inputs));
+        assert_eq!(g.reason, GapReason::SlotPastLedger);
+        assert_eq!((g.ledger_lsn, g.resume_lsn), (Some(Lsn(0x500)), Lsn(0x800)));
+        let text = g.to_string();
+        for needle in [
+            "confirmed past the position ledger",
+            "pg_replication_slot_advance",
+            "0/500",
+            "0/800",
+            "outboxd backfill --since '2025-12-01T06:10:28.123Z'",
+            "outboxd run --accept-gap",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in: {text}");
+        }
+        let accepted = decide_start(StartInputs {
+            accept_gap: true,
+            ..inputs
+        });
+        assert!(
+            matches!(
+                accepted,
+                StartDecision::AcceptGap {
+                    recreate_slot: false,
+                    ..
+                }
+            ),
+            "{accepted:?}"
+        );
+        // At or behind the entry: the usual resume.
+        assert!(matches!(
+            decide_start(StartInputs {
+                slot: present(0x500),
+                ..inputs
+            }),
+            StartDecision::Resume { .. }
+        ));
+        // An at-least-once entry lags the slot by up to an interval, and
+        // an at-least-once relay reads no further than the stable offset.
+        for (transactional, exactly_once) in [(false, true), (true, false)] {
+            let l = LedgerEntry {
+                transactional,
+                ..ledger(0x500)
+            };
+            let d = decide_start(StartInputs {
+                exactly_once,
+                ..inputs_for(Some(&l), present(0x800))
+            });
+            assert!(
+                matches!(d, StartDecision::SlotAheadOfLedger { .. }),
+                "{transactional} {exactly_once}: {d:?}"
+            );
+        }
     }
 
     #[test]

@@ -141,6 +141,7 @@ impl LedgerWriter {
         self.written_at = Some(now);
         let mut entry = self.emit(through, wall_us);
         entry.inside = inside;
+        entry.transactional = true;
         entry
     }
 
@@ -173,6 +174,7 @@ impl LedgerWriter {
             written_at_us: wall_us,
             accepted_gaps: self.accepted_gaps.clone(),
             inside: None,
+            transactional: false,
         }
     }
 
@@ -222,6 +224,21 @@ mod tests {
         assert_eq!(e.confirmed_lsn, Lsn(300));
         assert_eq!(e.commit_time_us, Some(7), "no later commit at or below");
         assert_eq!(e.written_at_us, 4);
+    }
+
+    #[test]
+    fn only_entries_written_inside_a_kafka_transaction_say_so() {
+        let t0 = Instant::now();
+        let mut w = LedgerWriter::new(identity(), 1, 10 * SEC, None);
+        assert!(!w.offer(Lsn(100), t0, 1).unwrap().transactional);
+        assert!(!w.flush(Lsn(200), 2).unwrap().transactional);
+        let inside = InsideTransaction {
+            commit_lsn: Lsn(400),
+            events: 3,
+        };
+        let e = w.at(Lsn(300), Some(inside), t0, 3);
+        assert!(e.transactional);
+        assert_eq!((e.confirmed_lsn, e.inside), (Lsn(300), Some(inside)));
     }
 
     #[test]

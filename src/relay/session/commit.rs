@@ -149,7 +149,8 @@ impl<D: Delivery> Session<'_, D> {
     }
 
     /// Waits for the ledger read after the fencing, if it is still under
-    /// way: nothing commits before it, and a failed read aborts the open
+    /// way: nothing commits before it, and a failed read, or a gap it
+    /// confirms (see `RelayLedger::after_fencing`), aborts the open
     /// transaction and ends the session. When the entry that speaks for the
     /// session moved, the instance it fenced committed a last transaction
     /// after the gate's read: the open transaction is aborted (nothing of it
@@ -158,8 +159,9 @@ impl<D: Delivery> Session<'_, D> {
         let Some(check) = self.fencing_check.take() else {
             return Ok(None);
         };
-        let found = match check.finish().await {
-            Ok(found) => found,
+        let found = check.finish().await;
+        let moved = match found.and_then(|found| self.ledger.after_fencing(found)) {
+            Ok(moved) => moved,
             Err(e) => {
                 // Ended now rather than by the next initialisation: an open
                 // transaction holds back read_committed consumers of every
@@ -168,7 +170,7 @@ impl<D: Delivery> Session<'_, D> {
                 return Err(e);
             }
         };
-        if !self.ledger.after_fencing(found) {
+        if !moved {
             return Ok(None);
         }
         let detail = "the position ledger moved while this instance took the transactional id \
