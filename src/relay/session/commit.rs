@@ -208,11 +208,14 @@ impl<D: Delivery> Session<'_, D> {
         let Some((events, _)) = self.delivery.open_transaction() else {
             return;
         };
-        let reports = self.delivery.abort().await;
+        let (reports, outcome) = self.delivery.abort().await;
         for report in reports {
             let _ = self.book(report);
         }
-        self.telemetry
-            .emit(TelemetryEvent::TransactionAborted { events, cause });
+        self.telemetry.emit(TelemetryEvent::TransactionAborted {
+            events,
+            cause,
+            outcome: &outcome,
+        });
     }
 }

@@ -33,6 +33,18 @@ use crate::sink::{
     DeliveryReport, KafkaSink, QueueBound, SendError, TransactionControl, TransactionError,
 };
 
+/// How an abort ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum AbortOutcome {
+    /// The brokers aborted it: nothing of it is visible.
+    Aborted,
+    /// The abort call failed (e.g. a commit that timed out goes on in
+    /// librdkafka and refuses it): the transaction may still commit. The
+    /// next producer with the transactional id ends it one way or the
+    /// other, and the next session's read of the ledger to its end finds
+    /// out which.
+    Unconfirmed(String),
+}
 /// What the session asks of Kafka. Records are handed over from the
 /// session's one task in WAL order; reports come back by delivery id.
 pub(super) trait Delivery: Sized {
@@ -92,8 +104,8 @@ pub(super) trait Delivery: Sized {
 
     /// Aborts the open Kafka transaction: nothing of it becomes visible,
     /// and the reports of its records come back, every one a failure.
-    fn abort(&mut self) -> impl Future<Output = Vec<DeliveryReport>> + Send {
-        async { Vec::new() }
+    fn abort(&mut self) -> impl Future<Output = (Vec<DeliveryReport>, AbortOutcome)> + Send {
+        async { (Vec::new(), AbortOutcome::Aborted) }
     }
 
     /// Sends everything handed over and waits for its reports to be in

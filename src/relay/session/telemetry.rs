@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use metrics::{Counter, Gauge, Histogram};
 
+use super::delivery::AbortOutcome;
 use super::window::{Halt, InFlight};
 use crate::metrics::{self as m, Health};
 use crate::outbox::{KafkaRecord, OutboxEvent};
@@ -85,8 +86,13 @@ pub(super) enum TelemetryEvent<'e> {
         seconds: f64,
         through: Lsn,
     },
-    /// A Kafka transaction was aborted: nothing of it is visible.
-    TransactionAborted { events: usize, cause: &'e str },
+    /// A Kafka transaction was given up: aborted (nothing of it is
+    /// visible), or left to the next producer when the abort failed.
+    TransactionAborted {
+        events: usize,
+        cause: &'e str,
+        outcome: &'e AbortOutcome,
+    },
     /// Another instance took this one's transactional id over.
     Fenced(&'e str),
 }
@@ -212,8 +218,20 @@ impl Telemetry {
                 metrics::histogram!(m::KAFKA_TRANSACTION_COMMIT_SECONDS).record(seconds);
                 m::gauge_lsn(m::LEDGER_LSN, through);
             }
-            E::TransactionAborted { events, cause } => {
-                tracing::warn!(events, %cause, "Kafka transaction aborted: none of its records is visible to read_committed consumers; resuming from the position ledger");
+            E::TransactionAborted {
+                events,
+                cause,
+                outcome,
+            } => {
+                match outcome {
+                    AbortOutcome::Aborted => {
+                        tracing::warn!(events, %cause, "Kafka transaction aborted: none of its records is visible to read_committed consumers; resuming from the position ledger")
+                    }
+                    AbortOutcome::Unconfirmed(error) => {
+                        tracing::warn!(events, %cause, abort_error = %error, "Kafka transaction aborted, but the brokers did not confirm the abort: it may still commit (a commit that timed out goes on in the background). The next producer with this transactional id ends it, and the next session reads the position ledger to its end to learn whether it did")
+                    }
+                }
+                // Counted either way: the relay gave it up.
                 metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => "aborted").increment(1);
             }
             E::Fenced(error) => {

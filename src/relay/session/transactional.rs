@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::delivery::{producer, retire, Delivery, LedgerRecord};
+use super::delivery::{producer, retire, AbortOutcome, Delivery, LedgerRecord};
 use crate::outbox::KafkaRecord;
 use crate::progress::DeliveryId;
 use crate::relay::{RelayError, RelaySettings};
@@ -186,13 +186,14 @@ impl Delivery for Transactional {
         Ok(self.collect(owed).await)
     }
 
-    async fn abort(&mut self) -> Vec<DeliveryReport> {
+    async fn abort(&mut self) -> (Vec<DeliveryReport>, AbortOutcome) {
         let Some(open) = self.open.take() else {
-            return Vec::new();
+            return (Vec::new(), AbortOutcome::Aborted);
         };
-        if let Err(e) = self.control.abort(CALL_TIMEOUT).await {
-            tracing::warn!(error = %e, "cannot abort the Kafka transaction; the next producer with this transactional id aborts it, or its timeout does");
-        }
+        let outcome = match self.control.abort(CALL_TIMEOUT).await {
+            Ok(()) => AbortOutcome::Aborted,
+            Err(e) => AbortOutcome::Unconfirmed(e.to_string()),
+        };
         let aborted = DeliveryFailure {
             code: rdkafka::types::RDKafkaErrorCode::PurgeQueue,
             message: "the Kafka transaction holding it was aborted".into(),
@@ -204,7 +205,7 @@ impl Delivery for Transactional {
                 report.result = Err(aborted.clone());
             }
         }
-        reports
+        (reports, outcome)
     }
 
     async fn flush(&mut self) -> Result<(), TransactionError> {
