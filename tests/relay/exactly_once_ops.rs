@@ -18,8 +18,9 @@ use super::slot_loss::{
 };
 use super::standby::readyz_until;
 use super::support::{
-    aggregates, confirmed_lsn, env, ledger_entries, lsn_now, payload_texts, slot_active,
-    use_ledger_topic, verify_reading, wait_for, write, Copies, ReadBack, Relay,
+    aggregates, backfill_from, confirmed_lsn, env, ledger_entries, lsn_now, named_since,
+    payload_texts, slot_active, use_ledger_topic, verify_reading, wait_for, write, Copies,
+    ReadBack, Relay,
 };
 use super::table_watch::{
     assert_halted, change_under_the_relay_in, readyz, RelayMode, RECREATE_OUTBOX, RENAME_OUTBOX,
@@ -423,28 +424,7 @@ async fn a_slot_advanced_past_an_exactly_once_ledger_stops_the_relay_and_backfil
     }
 
     // The way back the error names.
-    let since = log
-        .split("--since '")
-        .nth(1)
-        .and_then(|rest| rest.split('\'').next())
-        .unwrap_or_else(|| panic!("no --since time in:\n{log}"))
-        .to_owned();
-    let earlier = pg.psql(
-        "app",
-        &format!("SELECT (timestamptz '{since}' - interval '10 seconds')::text"),
-    );
-    let out = std::process::Command::new(crate::harness::outboxd::bin())
-        .args(["backfill", "--config"])
-        .arg(&e.config)
-        .args(["--since", earlier.trim()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "backfill failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    backfill_from(pg, &e.config, &named_since(&log));
     let accepted = Relay::start_with(&e, &[], &["--accept-gap"]);
     let later = write(&mut client, slot, &aggs, 30, &[1, 10], 0).await;
     sent.extend(skipped.iter().cloned());

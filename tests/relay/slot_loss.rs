@@ -11,15 +11,14 @@
 //! into `run`, it created a new slot and skipped the gap silently.
 
 use std::collections::HashSet;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::support::{
-    aggregates, confirmed_lsn, env, ledger_entries, lsn_now, payload_texts, use_ledger_topic,
-    verify_checking, verify_reading, wait_for, Copies, Env, ReadBack, Relay, Sent, Verdict,
+    aggregates, backfill_from, confirmed_lsn, env, ledger_entries, lsn_now, named_since,
+    payload_texts, use_ledger_topic, verify_checking, verify_reading, wait_for, Copies, Env,
+    ReadBack, Relay, Sent, Verdict,
 };
 use crate::harness::kafka::{shared, KafkaBroker};
-use crate::harness::outboxd::bin;
 use crate::harness::standby::{promote, start_standby};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,29 +153,7 @@ pub(super) async fn slot_dropped_under_the_relay(
 
     // The way back: backfill from the time named (a little earlier, for
     // transactions open at that moment), then start once with --accept-gap.
-    let since = log
-        .split("--since '")
-        .nth(1)
-        .and_then(|rest| rest.split('\'').next())
-        .unwrap_or_else(|| panic!("no --since time in:\n{log}"))
-        .to_owned();
-    let earlier = pg.psql(
-        "app",
-        &format!("SELECT (timestamptz '{since}' - interval '10 seconds')::text"),
-    );
-    let out = Command::new(bin())
-        .args(["backfill", "--config"])
-        .arg(&e.config)
-        .args(["--since", earlier.trim()])
-        .env("OUTBOXD_LOG", "info")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "backfill failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = backfill_from(pg, &e.config, &named_since(&log));
     let accepted = Relay::start_with(&e, &[], &["--accept-gap"]);
     // Rows committed before the new slot exists are the backfill's.
     tokio::task::block_in_place(|| {
@@ -361,34 +338,13 @@ pub(super) async fn failover_without_a_failover_slot(slot: &str, relay_extra: &s
         .pop()
         .map(|(_, l)| l)
         .expect("a ledger entry");
-    let since = log
-        .split("--since '")
-        .nth(1)
-        .and_then(|rest| rest.split('\'').next())
-        .unwrap_or_else(|| panic!("no --since time in:\n{log}"))
-        .to_owned();
+    let since = named_since(&log);
     assert_eq!(
         since,
         outboxd::progress::ledger::format_time_us(ledger.commit_time_us.unwrap()),
         "the time named is not the ledger's"
     );
-    let earlier = standby.psql(
-        "app",
-        &format!("SELECT (timestamptz '{since}' - interval '10 seconds')::text"),
-    );
-    let out = Command::new(bin())
-        .args(["backfill", "--config"])
-        .arg(&e.config)
-        .args(["--since", earlier.trim()])
-        .env("OUTBOXD_LOG", "info")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "backfill failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = backfill_from(&standby, &e.config, &since);
     let accepted = Relay::start_with(&e, &[], &["--accept-gap"]);
     tokio::task::block_in_place(|| {
         wait_for("the new slot to stream", Duration::from_secs(60), || {

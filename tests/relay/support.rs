@@ -665,6 +665,39 @@ pub fn acked_positions(dir: &Path) -> HashMap<String, Vec<(i32, i64)>> {
     out
 }
 
+/// The commit time a relay's gap error names in `outboxd backfill --since`.
+pub fn named_since(log: &str) -> String {
+    log.split("--since '")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .unwrap_or_else(|| panic!("no --since time in:\n{log}"))
+        .to_owned()
+}
+
+/// Runs `outboxd backfill --since` from 10 s before `since` (for
+/// transactions open at that moment), as the gap error advises; panics
+/// unless it succeeds.
+pub fn backfill_from(pg: &PgCluster, config: &Path, since: &str) -> std::process::Output {
+    let earlier = pg.psql(
+        "app",
+        &format!("SELECT (timestamptz '{since}' - interval '10 seconds')::text"),
+    );
+    let out = Command::new(bin())
+        .args(["backfill", "--config"])
+        .arg(config)
+        .args(["--since", earlier.trim()])
+        .env("OUTBOXD_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "backfill failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// PostgreSQL's text for each payload (jsonb normalises spacing), by id.
 pub fn payload_texts(pg: &PgCluster) -> HashMap<String, String> {
     // The rows are kept in the table (no delete) so their text can be read.
