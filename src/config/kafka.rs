@@ -3,11 +3,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use crate::config::error::ConfigError;
+
+/// librdkafka's default `transaction.timeout.ms`.
+pub(crate) const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 
 /// Create missing topics by default: it makes a first run against a dev
 /// broker just work. Production clusters usually turn it off.
@@ -70,6 +74,19 @@ impl KafkaConfig {
     /// standby taking over fences the instance it replaces.
     pub(crate) fn default_transactional_id(&self, ledger_key: &str) -> String {
         format!("outboxd-{ledger_key}")
+    }
+
+    /// How long the coordinator lets a transaction run before it aborts it:
+    /// `transaction.timeout.ms` from `[kafka.properties]`, or librdkafka's
+    /// default (librdkafka refuses a value that is not a number when the
+    /// producer is made, before this matters).
+    pub(crate) fn transaction_timeout(&self) -> Duration {
+        let ms = self
+            .properties
+            .get("transaction.timeout.ms")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT_MS);
+        Duration::from_millis(ms)
     }
 
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {

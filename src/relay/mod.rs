@@ -118,7 +118,9 @@ impl RelayError {
             RelayError::Ledger(LedgerTopicError::Read { .. } | LedgerTopicError::Write { .. }) => {
                 Disposition::Transient
             }
-            RelayError::Transaction(TransactionError::Abortable { .. }) => Disposition::Transient,
+            RelayError::Transaction(
+                TransactionError::Abortable { .. } | TransactionError::Unfinished { .. },
+            ) => Disposition::Transient,
             RelayError::Transaction(_)
             | RelayError::Mapping(_)
             | RelayError::GaveUp { .. }

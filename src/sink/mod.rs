@@ -61,6 +61,8 @@ mod transaction;
 
 #[cfg(test)]
 mod mock_tests;
+#[cfg(test)]
+mod transaction_mock_tests;
 
 pub use client_log::QuietRdkafka;
 pub(crate) use config::{admin_client_config, producer_config, QueueBound};
@@ -76,4 +78,4 @@ pub use ledger_topic::{
 };
 pub use producer::{KafkaSink, STATS_INTERVAL_MS};
 pub(crate) use topics::{describe_topic, TopicManager};
-pub use transaction::{is_fencing, TransactionControl, TransactionError};
+pub use transaction::{is_fencing, TransactionCall, TransactionControl, TransactionError};

@@ -10,6 +10,7 @@
 //! transaction makes its records visible; that meaning is the relay's to
 //! keep (it withholds the reports until the commit).
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +31,33 @@ const FENCING: [RDKafkaErrorCode; 4] = [
     RDKafkaErrorCode::TransactionCoordinatorFenced,
 ];
 
+/// How long to wait before calling a transaction call again that came back
+/// retriable: some come back at once (the coordinator not yet known).
+const RESUME_PAUSE: Duration = Duration::from_millis(100);
+
+/// The longest one `commit` or `abort` call blocks before it is resumed:
+/// each resumption is logged, so an operator sees a commit that waits on the
+/// brokers rather than a silent relay.
+const CALL_STEP: Duration = Duration::from_secs(10);
+
+/// The transaction calls librdkafka goes on with in the background when
+/// they come back retriable (the time given ran out, the coordinator was not
+/// reachable): only the same call may follow then, and it resumes the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionCall {
+    Commit,
+    Abort,
+}
+
+impl fmt::Display for TransactionCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TransactionCall::Commit => "commit",
+            TransactionCall::Abort => "abort",
+        })
+    }
+}
+
 /// Why a transaction call failed, as the relay must act on it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransactionError {
@@ -49,6 +77,18 @@ pub enum TransactionError {
         code: RDKafkaErrorCode,
         message: String,
     },
+    /// A commit or abort still unfinished when its time ran out: librdkafka
+    /// goes on with it, and refuses any other transaction call meanwhile
+    /// (`Conflict`). A commit in this state may still succeed.
+    #[error(
+        "Kafka transaction {call} unfinished after {waited_s} s (the transaction timeout), \
+         librdkafka goes on with it in the background: {message}"
+    )]
+    Unfinished {
+        call: TransactionCall,
+        waited_s: u64,
+        message: String,
+    },
     /// The producer cannot go on (e.g. the brokers do not support
     /// transactions, the id is not authorised, the timeout is above the
     /// broker's `transaction.max.timeout.ms`).
@@ -59,17 +99,43 @@ pub enum TransactionError {
     },
 }
 
+/// A transaction call's error as librdkafka gave it.
+#[derive(Debug)]
+pub(super) struct CallFailure {
+    code: RDKafkaErrorCode,
+    message: String,
+    fatal: bool,
+    /// For `commit` and `abort`: the call goes on in the background and may
+    /// be resumed by calling it again.
+    retriable: bool,
+}
+
+impl From<KafkaError> for CallFailure {
+    fn from(error: KafkaError) -> CallFailure {
+        match &error {
+            KafkaError::Transaction(e) => CallFailure {
+                code: e.code(),
+                message: e.string(),
+                fatal: e.is_fatal(),
+                retriable: e.is_retriable(),
+            },
+            other => CallFailure {
+                code: other.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail),
+                message: other.to_string(),
+                fatal: false,
+                retriable: false,
+            },
+        }
+    }
+}
+
 impl TransactionError {
     fn from_kafka(error: KafkaError, transactional_id: &str) -> TransactionError {
-        let (code, message, fatal) = match &error {
-            KafkaError::Transaction(e) => (e.code(), e.string(), e.is_fatal()),
-            other => (
-                other.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail),
-                other.to_string(),
-                false,
-            ),
-        };
-        TransactionError::from_parts(code, message, fatal, transactional_id)
+        TransactionError::from_failure(CallFailure::from(error), transactional_id)
+    }
+
+    fn from_failure(f: CallFailure, transactional_id: &str) -> TransactionError {
+        TransactionError::from_parts(f.code, f.message, f.fatal, transactional_id)
     }
 
     fn from_parts(
@@ -151,17 +217,11 @@ impl TransactionControl {
             .map_err(|e| TransactionError::from_kafka(e, &self.transactional_id))
     }
 
-    /// Flushes every queued record and commits the transaction.
-    pub async fn commit(&self, timeout: Duration) -> Result<(), TransactionError> {
-        let producer = Arc::clone(&self.producer);
-        let id = Arc::clone(&self.transactional_id);
-        let joined = tokio::task::spawn_blocking(move || commit_now(&producer, timeout, &id)).await;
-        joined.unwrap_or_else(|e| {
-            Err(TransactionError::Fatal {
-                code: RDKafkaErrorCode::Fail,
-                message: format!("the commit did not finish: {e}"),
-            })
-        })
+    /// Flushes every queued record and commits the transaction, for at most
+    /// `budget` (see [`TransactionControl::resumed`]).
+    pub async fn commit(&self, budget: Duration) -> Result<(), TransactionError> {
+        self.resumed(TransactionCall::Commit, budget, CALL_STEP, commit_now)
+            .await
     }
 
     /// Sends everything queued and waits for its reports, inside the open
@@ -170,10 +230,66 @@ impl TransactionControl {
         self.blocking(move |p| flush_now(p, timeout)).await
     }
 
-    /// Aborts the transaction: what it holds never becomes visible; queued
-    /// records come back purged.
-    pub async fn abort(&self, timeout: Duration) -> Result<(), TransactionError> {
-        self.blocking(move |p| p.abort_transaction(timeout)).await
+    /// Aborts the transaction, for at most `budget`: what it holds never
+    /// becomes visible; queued records come back purged.
+    pub async fn abort(&self, budget: Duration) -> Result<(), TransactionError> {
+        self.resumed(TransactionCall::Abort, budget, CALL_STEP, abort_now)
+            .await
+    }
+
+    /// Calls `call` (commit or abort), `step` at a time, until it ends or
+    /// `budget` is spent. A retriable error means librdkafka goes on with the call in the
+    /// background; it refuses any other transaction call meanwhile
+    /// (`Conflict`), so the relay once answered a timed-out commit with an
+    /// abort that could not happen, and dropped the producer mid-commit.
+    /// Calling it again resumes it, which is what librdkafka asks for.
+    pub(super) async fn resumed(
+        &self,
+        which: TransactionCall,
+        budget: Duration,
+        step: Duration,
+        call: CallFn,
+    ) -> Result<(), TransactionError> {
+        let started = tokio::time::Instant::now();
+        let deadline = started + budget;
+        loop {
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let timeout = remaining.min(step);
+            let producer = Arc::clone(&self.producer);
+            let failure = match tokio::task::spawn_blocking(move || call(&producer, timeout)).await
+            {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(failure)) => failure,
+                Err(e) => {
+                    return Err(TransactionError::Fatal {
+                        code: RDKafkaErrorCode::Fail,
+                        message: format!("the transaction {which} did not finish: {e}"),
+                    })
+                }
+            };
+            // `Conflict`: another call goes on, which calling this one
+            // again does not move.
+            if !failure.retriable || failure.fatal || failure.code == RDKafkaErrorCode::Conflict {
+                return Err(TransactionError::from_failure(
+                    failure,
+                    &self.transactional_id,
+                ));
+            }
+            if tokio::time::Instant::now() + RESUME_PAUSE >= deadline {
+                return Err(TransactionError::Unfinished {
+                    call: which,
+                    waited_s: started.elapsed().as_secs(),
+                    message: failure.message,
+                });
+            }
+            tracing::info!(
+                call = %which,
+                waited_s = started.elapsed().as_secs(),
+                error = %failure.message,
+                "Kafka transaction {which} not finished yet; resuming it"
+            );
+            tokio::time::sleep(RESUME_PAUSE).await;
+        }
     }
 
     async fn blocking(
@@ -212,6 +328,20 @@ fn flush_now(
     }
 }
 
+/// Which transaction call `resumed` makes.
+pub(super) type CallFn =
+    fn(&ThreadedProducer<DeliveryContext>, Duration) -> Result<(), CallFailure>;
+
+/// librdkafka's abort.
+pub(super) fn abort_now(
+    producer: &ThreadedProducer<DeliveryContext>,
+    timeout: Duration,
+) -> Result<(), CallFailure> {
+    producer
+        .abort_transaction(timeout)
+        .map_err(CallFailure::from)
+}
+
 /// librdkafka's commit, called directly. rdkafka's `commit_transaction`
 /// first flushes in a loop that polls the producer's queue for up to 100 ms
 /// at a time on this thread, while librdkafka's polling thread takes the
@@ -219,11 +349,10 @@ fn flush_now(
 /// round trips, and the 1-row drain ran at 0.45 x at-least-once. librdkafka
 /// flushes by itself before committing and, with delivery reports as events
 /// (as rdkafka configures them), waits on its message count without polling.
-fn commit_now(
+pub(super) fn commit_now(
     producer: &ThreadedProducer<DeliveryContext>,
     timeout: Duration,
-    transactional_id: &str,
-) -> Result<(), TransactionError> {
+) -> Result<(), CallFailure> {
     use rdkafka::bindings as rd;
     let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
     // SAFETY: the handle is the live producer's, kept alive by `producer`
@@ -239,13 +368,14 @@ fn commit_now(
             .to_string_lossy()
             .into_owned();
         let fatal = rd::rd_kafka_error_is_fatal(error) != 0;
+        let retriable = rd::rd_kafka_error_is_retriable(error) != 0;
         rd::rd_kafka_error_destroy(error);
-        Err(TransactionError::from_parts(
+        Err(CallFailure {
             code,
             message,
             fatal,
-            transactional_id,
-        ))
+            retriable,
+        })
     }
 }
 

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use rdkafka::types::RDKafkaErrorCode;
 
+use crate::config::kafka::DEFAULT_TRANSACTION_TIMEOUT_MS;
 use crate::config::Config;
 use crate::sink::{producer_config, QueueBound};
 
@@ -39,8 +40,6 @@ pub(crate) const NAMES: [&str; 4] = [
 pub(crate) const PROBE_SUFFIX: &str = ".check";
 /// The topic Kafka keeps transactions' state in.
 const STATE_LOG: &str = "__transaction_state";
-/// librdkafka's default `transaction.timeout.ms`.
-pub(crate) const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 /// Kafka's default `transaction.max.timeout.ms` (15 minutes).
 const KAFKA_DEFAULT_MAX_TIMEOUT_MS: u64 = 900_000;
 /// Metadata and DescribeConfigs round trips.

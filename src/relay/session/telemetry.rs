@@ -228,7 +228,7 @@ impl Telemetry {
                         tracing::warn!(events, %cause, "Kafka transaction aborted: none of its records is visible to read_committed consumers; resuming from the position ledger")
                     }
                     AbortOutcome::Unconfirmed(error) => {
-                        tracing::warn!(events, %cause, abort_error = %error, "Kafka transaction aborted, but the brokers did not confirm the abort: it may still commit (a commit that timed out goes on in the background). The next producer with this transactional id ends it, and the next session reads the position ledger to its end to learn whether it did")
+                        tracing::warn!(events, %cause, abort_error = %error, "Kafka transaction aborted, but the brokers did not confirm the abort: it may still commit (a commit still unfinished within transaction.timeout.ms goes on in the background). The next producer with this transactional id ends it, and the next session reads the position ledger to its end to learn whether it did")
                     }
                 }
                 // Counted either way: the relay gave it up.

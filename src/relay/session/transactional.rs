@@ -19,16 +19,18 @@ use crate::outbox::KafkaRecord;
 use crate::progress::DeliveryId;
 use crate::relay::{RelayError, RelaySettings};
 use crate::sink::{
-    DeliveryFailure, DeliveryReport, FailureKind, KafkaSink, SendError, TransactionControl,
-    TransactionError,
+    DeliveryFailure, DeliveryReport, FailureKind, KafkaSink, SendError, TransactionCall,
+    TransactionControl, TransactionError,
 };
 
 /// The delivery id of the ledger's record: no event has it (event ids count
 /// up from 1).
 const LEDGER_RECORD_ID: u64 = u64::MAX;
 
-/// Bound on `init`, `commit` and `abort`: librdkafka's default transaction
-/// timeout is 60 s, after which the coordinator aborts anyway.
+/// Bound on `init` and the flush inside a transaction. `commit` and `abort`
+/// have the transaction timeout instead: the coordinator aborts a
+/// transaction by itself after it, and until then librdkafka can finish
+/// either call when the brokers come back.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the reports of a finished transaction may take to reach the
@@ -41,6 +43,11 @@ pub(super) struct Transactional {
     control: TransactionControl,
     /// The open Kafka transaction, if any.
     open: Option<OpenTransaction>,
+    /// How long a commit or an abort may take: `transaction.timeout.ms`.
+    budget: Duration,
+    /// A commit that came back unfinished: librdkafka goes on with it and
+    /// refuses an abort, so none is asked for.
+    unfinished_commit: bool,
 }
 
 struct OpenTransaction {
@@ -107,6 +114,8 @@ impl Delivery for Transactional {
             sink,
             control,
             open: None,
+            budget: kafka.transaction_timeout(),
+            unfinished_commit: false,
         })
     }
 
@@ -181,7 +190,16 @@ impl Delivery for Transactional {
         if let Some(open) = &mut self.open {
             open.owed += 1;
         }
-        self.control.commit(CALL_TIMEOUT).await?;
+        if let Err(e) = self.control.commit(self.budget).await {
+            if let TransactionError::Unfinished {
+                call: TransactionCall::Commit,
+                ..
+            } = e
+            {
+                self.unfinished_commit = true;
+            }
+            return Err(e);
+        }
         let owed = self.open.take().map_or(0, |o| o.owed);
         Ok(self.collect(owed).await)
     }
@@ -190,9 +208,20 @@ impl Delivery for Transactional {
         let Some(open) = self.open.take() else {
             return (Vec::new(), AbortOutcome::Aborted);
         };
-        let outcome = match self.control.abort(CALL_TIMEOUT).await {
-            Ok(()) => AbortOutcome::Aborted,
-            Err(e) => AbortOutcome::Unconfirmed(e.to_string()),
+        let outcome = if self.unfinished_commit {
+            // The session ends and drops the producer: the commit's outcome
+            // is the coordinator's, which the next session's ledger read
+            // to the end finds out.
+            AbortOutcome::Unconfirmed(
+                "not asked: the commit was still going on inside librdkafka and may still \
+                 succeed"
+                    .into(),
+            )
+        } else {
+            match self.control.abort(self.budget).await {
+                Ok(()) => AbortOutcome::Aborted,
+                Err(e) => AbortOutcome::Unconfirmed(e.to_string()),
+            }
         };
         let aborted = DeliveryFailure {
             code: rdkafka::types::RDKafkaErrorCode::PurgeQueue,
