@@ -291,7 +291,9 @@ fn not_read_to_the_end(consumer: &BaseConsumer, topic: &str, ends: &[(i32, i64)]
          mid-commit, until the broker aborts it after that relay's transaction.timeout.ms. \
          `kafka-transactions.sh --bootstrap-server BROKER describe-producers --topic {topic} \
          --partition P` names its producer; `kafka-transactions.sh find-hanging` tells \
-         whether it hangs (no coordinator will end it) and `kafka-transactions.sh abort` ends one",
+         whether it hangs (no coordinator will end it: Kafka leaves one when a transaction ends \
+         while a partition of it has no leader, KAFKA-20734). Before `kafka-transactions.sh \
+         abort` ends one, see docs/operations.md (\"A ledger read held by an open transaction\")",
         READ_TIMEOUT.as_secs(),
         held.join(", ")
     )
