@@ -81,8 +81,8 @@ pub enum TransactionError {
     /// goes on with it, and refuses any other transaction call meanwhile
     /// (`Conflict`). A commit in this state may still succeed.
     #[error(
-        "Kafka transaction {call} unfinished after {waited_s} s (the transaction timeout), \
-         librdkafka goes on with it in the background: {message}"
+        "Kafka transaction {call} unfinished after {waited_s} s; librdkafka goes on with it \
+         in the background: {message}"
     )]
     Unfinished {
         call: TransactionCall,
@@ -238,11 +238,11 @@ impl TransactionControl {
     }
 
     /// Calls `call` (commit or abort), `step` at a time, until it ends or
-    /// `budget` is spent. A retriable error means librdkafka goes on with the call in the
-    /// background; it refuses any other transaction call meanwhile
-    /// (`Conflict`), so the relay once answered a timed-out commit with an
-    /// abort that could not happen, and dropped the producer mid-commit.
-    /// Calling it again resumes it, which is what librdkafka asks for.
+    /// `budget` is spent. A retriable error means librdkafka goes on with
+    /// the call in the background and refuses any other transaction call
+    /// meanwhile (`Conflict`): the relay once answered a timed-out commit
+    /// with an abort that could not happen, and dropped the producer
+    /// mid-commit. Calling it again resumes it, as librdkafka asks.
     pub(super) async fn resumed(
         &self,
         which: TransactionCall,
