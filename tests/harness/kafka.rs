@@ -578,10 +578,25 @@ impl KafkaBroker {
         key: &[u8],
         value: &[u8],
     ) -> rdkafka::producer::BaseProducer {
+        // librdkafka's default: the coordinator aborts it after a minute.
+        self.open_transaction_for(transactional_id, topic, key, value, Duration::from_secs(60))
+    }
+
+    /// As [`open_transaction`](Self::open_transaction), with `timeout` as its
+    /// `transaction.timeout.ms`: until then only an abort ends it.
+    pub fn open_transaction_for(
+        &self,
+        transactional_id: &str,
+        topic: &str,
+        key: &[u8],
+        value: &[u8],
+        timeout: Duration,
+    ) -> rdkafka::producer::BaseProducer {
         use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
             .set("transactional.id", transactional_id)
+            .set("transaction.timeout.ms", timeout.as_millis().to_string())
             .create()
             .expect("transactional producer");
         producer.init_transactions(Duration::from_secs(30)).unwrap();
@@ -592,6 +607,35 @@ impl KafkaBroker {
             .unwrap();
         producer.flush(Duration::from_secs(10)).unwrap();
         producer
+    }
+}
+
+impl KafkaBroker {
+    /// Runs `kafka-transactions.sh ARGS` against this broker (Kafka's
+    /// `TransactionsCommand`, the jars from `scripts/kafka.sh tools`) and
+    /// returns its standard output; panics with both outputs if it fails.
+    pub fn transactions_command(&self, args: &[&str]) -> String {
+        let classpath = run_script(&["tools"]);
+        let java = std::env::var("JAVA").unwrap_or_else(|_| "java".into());
+        let out = Command::new(java)
+            .args([
+                "-cp",
+                &classpath,
+                "org.apache.kafka.tools.TransactionsCommand",
+            ])
+            .args(["--bootstrap-server", &self.bootstrap])
+            .args(args)
+            .output()
+            .expect("cannot run java");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "kafka-transactions.sh {} failed ({}):\n{stdout}\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
     }
 }
 

@@ -19,14 +19,14 @@ use super::slot_loss::{
 use super::standby::readyz_until;
 use super::support::{
     aggregates, backfill_from, confirmed_lsn, env, ledger_entries, lsn_now, named_since,
-    payload_texts, slot_active, use_ledger_topic, verify_reading, wait_for, write, Copies,
-    ReadBack, Relay,
+    payload_texts, slot_active, use_ledger_topic, verify_reading, wait_for, write, Copies, Env,
+    ReadBack, Relay, Sent,
 };
 use super::table_watch::{
     assert_halted, change_under_the_relay_in, readyz, RelayMode, RECREATE_OUTBOX, RENAME_OUTBOX,
     UNPUBLISH_OUTBOX,
 };
-use crate::harness::kafka::shared;
+use crate::harness::kafka::{shared, KafkaBroker};
 use crate::harness::outboxd::tail;
 
 /// The slot dropped under an exactly-once relay: it stops naming the gap,
@@ -227,10 +227,7 @@ async fn a_ledger_entry_committed_while_taking_over_restarts_the_session_from_it
 
     let broker = shared();
     let slot = "eos_moved";
-    let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
-    let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
-    use_ledger_topic(&e, &ledger_topic);
-    let mut client = e.pg.client("app").await;
+    let (e, ledger_topic, mut client) = exactly_once_env(broker, slot).await;
     let aggs = aggregates(10);
 
     let mut relay = Relay::start(&e);
@@ -300,10 +297,7 @@ async fn a_ledger_entry_committed_while_taking_over_restarts_the_session_from_it
 async fn tail_on_an_exactly_once_slot_moves_nothing_and_the_relay_delivers_what_it_printed_once() {
     let broker = shared();
     let slot = "eos_tail";
-    let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
-    let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
-    use_ledger_topic(&e, &ledger_topic);
-    let mut client = e.pg.client("app").await;
+    let (e, ledger_topic, mut client) = exactly_once_env(broker, slot).await;
     let aggs = aggregates(4);
     let pg = &e.pg;
 
@@ -376,31 +370,10 @@ async fn another_cluster_under_the_same_names_stops_an_exactly_once_relay_and_ac
 async fn a_slot_advanced_past_an_exactly_once_ledger_stops_the_relay_and_backfill_recovers() {
     let broker = shared();
     let slot = "eos_advanced";
-    let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
-    let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
-    use_ledger_topic(&e, &ledger_topic);
-    let mut client = e.pg.client("app").await;
+    let (e, _, mut client) = exactly_once_env(broker, slot).await;
     let aggs = aggregates(4);
     let pg = &e.pg;
-
-    let mut relay = Relay::start(&e);
-    let mut sent = write(&mut client, slot, &aggs, 100, &[1, 10], 0).await;
-    let end = lsn_now(pg);
-    tokio::task::block_in_place(|| {
-        wait_for(
-            "the slot confirmed to the end",
-            Duration::from_secs(120),
-            || confirmed_lsn(pg, slot) >= end,
-        );
-        relay.signal("-TERM");
-        assert!(
-            relay
-                .wait(Duration::from_secs(30))
-                .is_some_and(|s| s.success()),
-            "{}",
-            relay.log()
-        );
-    });
+    let mut sent = relayed_then_stopped(&e, &mut client, slot, &aggs, 100).await;
 
     // Committed while the relay is stopped, then skipped by hand.
     let skipped = write(&mut client, slot, &aggs, 40, &[1, 10], 0).await;
@@ -463,4 +436,130 @@ async fn a_slot_advanced_past_an_exactly_once_ledger_stops_the_relay_and_backfil
         skipped.len()
     );
     assert_eq!(copies.repeated(), 0, "the relay's own records repeated");
+}
+
+/// The first step of the recovery from a ledger read held by an open
+/// transaction (docs/operations.md): another producer's transaction left
+/// open on the ledger partition, with a 10-minute timeout, holds every
+/// start of the relay (each waits 30 s for the ledger, aborts and is
+/// retried); `kafka-transactions.sh describe-producers` names where it
+/// starts and `kafka-transactions.sh abort` ends it, and the relay then
+/// delivers what waited, each event once. A transaction Kafka left open for
+/// good (KAFKA-20734) looks the same to the relay and to both commands;
+/// when it is the relay's own last entry, the rest of that recovery is the
+/// slot-past-the-ledger stop tested above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_held_open_on_the_ledger_holds_the_relay_until_aborted_by_hand() {
+    let broker = shared();
+    let slot = "eos_held";
+    let (e, ledger_topic, mut client) = exactly_once_env(broker, slot).await;
+    let aggs = aggregates(4);
+    let mut sent = relayed_then_stopped(&e, &mut client, slot, &aggs, 100).await;
+
+    let holder = format!("{slot}-holder-{}", uuid::Uuid::new_v4().simple());
+    let _held = tokio::task::block_in_place(|| {
+        broker.open_transaction_for(
+            &holder,
+            &ledger_topic,
+            b"holder",
+            b"{}",
+            Duration::from_secs(600),
+        )
+    });
+    let relay = Relay::start(&e);
+    let waiting = write(&mut client, slot, &aggs, 50, &[1, 10], 0).await;
+    let start = tokio::task::block_in_place(|| {
+        wait_for(
+            "a start held by the ledger read",
+            Duration::from_secs(90),
+            || relay.log().contains("not read to the end within 30s"),
+        );
+        open_transaction_start(broker, &ledger_topic)
+    });
+    let start = start.expect("describe-producers shows no open transaction");
+    let before = confirmed_lsn(&e.pg, slot);
+    let end = lsn_now(&e.pg);
+    assert!(
+        before < end,
+        "the slot was confirmed past events written while the ledger was held"
+    );
+
+    let offset = start.to_string();
+    tokio::task::block_in_place(|| {
+        broker.transactions_command(&[
+            "abort",
+            "--topic",
+            &ledger_topic,
+            "--partition",
+            "0",
+            "--start-offset",
+            &offset,
+        ]);
+        assert_eq!(open_transaction_start(broker, &ledger_topic), None);
+    });
+    sent.extend(waiting);
+    sent.extend(write(&mut client, slot, &aggs, 50, &[1, 10], 0).await);
+    eprintln!(
+        "ledger held open at offset {start}: {} starts held, then aborted by hand",
+        relay
+            .log()
+            .matches("not read to the end within 30s")
+            .count()
+    );
+    verify_once(broker, &e, sent).await;
+}
+
+/// An exactly-once relay's environment on `slot` with a ledger topic of its
+/// own (so its entries are the only ones there), and a client of `app`.
+async fn exactly_once_env(
+    broker: &KafkaBroker,
+    slot: &str,
+) -> (Env, String, tokio_postgres::Client) {
+    let ledger_topic = format!("{slot}-ledger-{}", uuid::Uuid::new_v4().simple());
+    let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
+    use_ledger_topic(&e, &ledger_topic);
+    let client = e.pg.client("app").await;
+    (e, ledger_topic, client)
+}
+
+/// Starts a relay, commits `n` events, and stops it with SIGTERM (exit 0)
+/// once the slot is confirmed to the end: the ledger holds them all.
+async fn relayed_then_stopped(
+    e: &Env,
+    client: &mut tokio_postgres::Client,
+    slot: &str,
+    aggs: &[String],
+    n: usize,
+) -> Vec<Sent> {
+    let mut relay = Relay::start(e);
+    let sent = write(client, slot, aggs, n, &[1, 10], 0).await;
+    let end = lsn_now(&e.pg);
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the slot confirmed to the end",
+            Duration::from_secs(120),
+            || confirmed_lsn(&e.pg, slot) >= end,
+        );
+        relay.signal("-TERM");
+        assert!(
+            relay
+                .wait(Duration::from_secs(30))
+                .is_some_and(|s| s.success()),
+            "{}",
+            relay.log()
+        );
+    });
+    sent
+}
+
+/// The first offset of the transaction open on `topic`'s partition 0, from
+/// `kafka-transactions.sh describe-producers` (its last column,
+/// CurrentTransactionStartOffset, is -1 or "None" for a producer without one).
+fn open_transaction_start(broker: &KafkaBroker, topic: &str) -> Option<i64> {
+    let out =
+        broker.transactions_command(&["describe-producers", "--topic", topic, "--partition", "0"]);
+    out.lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().last()?.parse::<i64>().ok())
+        .find(|&offset| offset >= 0)
 }
