@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use outboxd::Lsn;
 
+use super::standby::{readyz_until, start_on_port};
 use super::support::{
     aggregates, confirmed_lsn, edit_config, env, lsn_now, payload_texts, use_ledger_topic,
     verify_env, verify_reading, wait_for, write, Env, ReadBack, Relay,
@@ -368,4 +369,107 @@ async fn losing_the_watch_connection_is_no_table_change() {
         "{log}"
     );
     verify_env(&e, &sent, Duration::from_secs(60));
+}
+
+/// An instance that streamed the slot, lost it to a standby and now stands
+/// by itself, takes over later judging the tables by what it finds then,
+/// not by what it found when it last streamed: another instance has
+/// streamed meanwhile and a table change may have been met and recovered
+/// from there. Here the other instance halts on a re-created table, the
+/// operator follows its recovery (the new table added to the publication,
+/// that instance stopped), and the first one takes over and relays. Before,
+/// it halted naming a replaced table, the one the operator had just
+/// published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_that_streamed_before_takes_over_after_a_recovered_table_change() {
+    let slot = "baseline_takeover";
+    let e = env(
+        shared().bootstrap(),
+        slot,
+        "[relay]\nreconnect_backoff_min = \"100ms\"\nstandby_poll_interval = \"200ms\"\n",
+    );
+    let (port_a, port_b) = (free_port(), free_port());
+    let pg = &e.pg;
+    let a = start_on_port(&e, port_a);
+    let aggs = aggregates(4);
+    let mut client = pg.client("app").await;
+    let mut sent = write(&mut client, slot, &aggs, 10, &[5], 0).await;
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the first batch confirmed",
+            Duration::from_secs(120),
+            || confirmed_lsn(pg, slot) >= lsn_now(pg),
+        )
+    });
+    let b = start_on_port(&e, port_b);
+    let standing_by = |port: u16| {
+        readyz_until(port, Duration::from_secs(60), |_, body| {
+            body.starts_with("standby")
+        })
+    };
+    tokio::task::block_in_place(|| assert!(standing_by(port_b).is_some(), "{}", b.log()));
+
+    // A loses the slot to B: paused, its walsender ended, then woken to
+    // find B streaming, so it stands by in turn.
+    a.signal("-STOP");
+    pg.psql(
+        "app",
+        &format!(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+             WHERE slot_name = '{slot}'"
+        ),
+    );
+    let b_ready = tokio::task::block_in_place(|| {
+        readyz_until(port_b, Duration::from_secs(60), |s, _| s == 200)
+    });
+    a.signal("-CONT");
+    assert_eq!(b_ready.map(|r| r.0), Some(200), "{}", b.log());
+    let a_waits = tokio::task::block_in_place(|| standing_by(port_a));
+    assert!(
+        a_waits
+            .as_ref()
+            .is_some_and(|(_, body)| body.starts_with("standby")),
+        "{a_waits:?}\n{}",
+        a.log()
+    );
+
+    // B halts on the re-created table; the operator publishes it and stops B.
+    pg.psql("app", RECREATE_OUTBOX);
+    let b_halted = tokio::task::block_in_place(|| {
+        readyz_until(port_b, Duration::from_secs(30), |s, body| {
+            s == 503 && body.contains("halted")
+        })
+    });
+    assert!(
+        b_halted.as_ref().is_some_and(|(s, _)| *s == 503),
+        "{b_halted:?}\n{}",
+        b.log()
+    );
+    pg.psql("app", "ALTER PUBLICATION outboxd ADD TABLE outbox");
+    let mut b = b;
+    b.signal("-TERM");
+    assert!(b.wait(Duration::from_secs(30)).is_some(), "{}", b.log());
+
+    // A takes over and relays what is written now.
+    let a_ready = tokio::task::block_in_place(|| {
+        readyz_until(port_a, Duration::from_secs(60), |s, _| s == 200)
+    });
+    assert_eq!(
+        a_ready.as_ref().map(|r| r.0),
+        Some(200),
+        "{a_ready:?}\n{}",
+        a.log()
+    );
+    sent.extend(write(&mut client, slot, &aggs, 10, &[5], 0).await);
+    let v = verify_env(&e, &sent, Duration::from_secs(60));
+    let (status, body) = readyz(port_a);
+    assert_eq!(status, 200, "{body}\n{}", a.log());
+    assert!(!a.log().contains("relay halted"), "{}", a.log());
+    eprintln!(
+        "B halted on the re-created table ({}); after the recovery A took over and \
+         relayed {} of {} events, /readyz {status}",
+        b_halted.map(|(_, body)| body).unwrap_or_default(),
+        v.delivered,
+        sent.len()
+    );
 }
