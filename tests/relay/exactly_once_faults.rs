@@ -32,8 +32,9 @@ const DELIVERY: &str = "exactly-once";
 const KEEPS_LEADERS_THROUGH_A_PAUSE: &str = "broker.session.timeout.ms=30000";
 
 /// As [`KEEPS_LEADERS_THROUGH_A_PAUSE`], for a 3 s stall, and no longer:
-/// a broker restarted after a kill registers again only once the session
-/// of the killed one has run out (about 33 s to start again with 30 s).
+/// with 30 s a broker restarted after a kill took 33 s to start (11-12 s
+/// with 9 s), as if it could register again only once the killed one's
+/// session had run out.
 const KEEPS_LEADERS_THROUGH_A_STALL: &str = "broker.session.timeout.ms=9000";
 
 /// The `[relay]` section: the mode, a short reconnect backoff, and `extra`.
