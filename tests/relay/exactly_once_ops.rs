@@ -19,8 +19,8 @@ use super::slot_loss::{
 use super::standby::readyz_until;
 use super::support::{
     aggregates, backfill_from, confirmed_lsn, env, ledger_entries, lsn_now, named_since,
-    payload_texts, slot_active, use_ledger_topic, verify_reading, wait_for, write, Copies, Env,
-    ReadBack, Relay, Sent,
+    payload_texts, relayed_then_stopped, slot_active, use_ledger_topic, verify_reading, wait_for,
+    write, Copies, Env, ReadBack, Relay,
 };
 use super::table_watch::{
     assert_halted, change_under_the_relay_in, readyz, RelayMode, RECREATE_OUTBOX, RENAME_OUTBOX,
@@ -230,19 +230,8 @@ async fn a_ledger_entry_committed_while_taking_over_restarts_the_session_from_it
     let (e, ledger_topic, mut client) = exactly_once_env(broker, slot).await;
     let aggs = aggregates(10);
 
-    let mut relay = Relay::start(&e);
-    let mut sent = write(&mut client, slot, &aggs, 200, &[1, 10], 0).await;
+    let mut sent = relayed_then_stopped(&e, &mut client, slot, &aggs, 200).await;
     let pg = &e.pg;
-    let end = lsn_now(pg);
-    tokio::task::block_in_place(|| {
-        wait_for(
-            "the slot confirmed to the end",
-            Duration::from_secs(120),
-            || confirmed_lsn(pg, slot) >= end,
-        )
-    });
-    relay.signal("-TERM");
-    assert!(tokio::task::block_in_place(|| relay.wait(Duration::from_secs(30))).is_some());
     let last = ledger_entries(broker, &ledger_topic)
         .pop()
         .expect("a ledger entry")
@@ -520,36 +509,6 @@ async fn exactly_once_env(
     use_ledger_topic(&e, &ledger_topic);
     let client = e.pg.client("app").await;
     (e, ledger_topic, client)
-}
-
-/// Starts a relay, commits `n` events, and stops it with SIGTERM (exit 0)
-/// once the slot is confirmed to the end: the ledger holds them all.
-async fn relayed_then_stopped(
-    e: &Env,
-    client: &mut tokio_postgres::Client,
-    slot: &str,
-    aggs: &[String],
-    n: usize,
-) -> Vec<Sent> {
-    let mut relay = Relay::start(e);
-    let sent = write(client, slot, aggs, n, &[1, 10], 0).await;
-    let end = lsn_now(&e.pg);
-    tokio::task::block_in_place(|| {
-        wait_for(
-            "the slot confirmed to the end",
-            Duration::from_secs(120),
-            || confirmed_lsn(&e.pg, slot) >= end,
-        );
-        relay.signal("-TERM");
-        assert!(
-            relay
-                .wait(Duration::from_secs(30))
-                .is_some_and(|s| s.success()),
-            "{}",
-            relay.log()
-        );
-    });
-    sent
 }
 
 /// The first offset of the transaction open on `topic`'s partition 0, from

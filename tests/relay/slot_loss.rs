@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::support::{
     aggregates, backfill_from, confirmed_lsn, env, ledger_entries, lsn_now, named_since,
-    payload_texts, use_ledger_topic, verify_checking, verify_reading, wait_for, Copies, Env,
-    ReadBack, Relay, Sent, Verdict,
+    payload_texts, relayed_then_stopped, use_ledger_topic, verify_checking, verify_reading,
+    wait_for, Copies, Env, ReadBack, Relay, Sent, Verdict,
 };
 use crate::harness::kafka::{shared, KafkaBroker};
 use crate::harness::standby::{promote, start_standby};
@@ -438,19 +438,8 @@ pub(super) async fn restored_on_another_cluster(
     let extra = format!("[relay]\n{relay_extra}");
     let first = env(broker.bootstrap(), slot, &extra);
     use_ledger_topic(&first, &ledger_topic);
-    let mut relay = Relay::start(&first);
     let mut client = first.pg.client("app").await;
-    let mut sent = super::support::write(&mut client, slot, &aggregates(4), 50, &[1, 10], 0).await;
-    let end = lsn_now(&first.pg);
-    tokio::task::block_in_place(|| {
-        wait_for(
-            "the slot confirmed to the end",
-            Duration::from_secs(120),
-            || confirmed_lsn(&first.pg, slot) >= end,
-        );
-        relay.signal("-TERM");
-        assert!(relay.wait(Duration::from_secs(30)).is_some());
-    });
+    let mut sent = relayed_then_stopped(&first, &mut client, slot, &aggregates(4), 50).await;
 
     let second = env(broker.bootstrap(), slot, &extra);
     use_ledger_topic(&second, &ledger_topic);

@@ -708,6 +708,36 @@ pub fn payload_texts(pg: &PgCluster) -> HashMap<String, String> {
         .collect()
 }
 
+/// Starts a relay, commits `n` events, and stops it with SIGTERM (exit 0)
+/// once the slot is confirmed to the end: the ledger holds them all.
+pub async fn relayed_then_stopped(
+    e: &Env,
+    client: &mut tokio_postgres::Client,
+    slot: &str,
+    aggs: &[String],
+    n: usize,
+) -> Vec<Sent> {
+    let mut relay = Relay::start(e);
+    let sent = write(client, slot, aggs, n, &[1, 10], 0).await;
+    let end = lsn_now(&e.pg);
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the slot confirmed to the end",
+            Duration::from_secs(120),
+            || confirmed_lsn(&e.pg, slot) >= end,
+        );
+        relay.signal("-TERM");
+        assert!(
+            relay
+                .wait(Duration::from_secs(30))
+                .is_some_and(|s| s.success()),
+            "{}",
+            relay.log()
+        );
+    });
+    sent
+}
+
 /// The server's current WAL position.
 pub fn lsn_now(pg: &PgCluster) -> outboxd::Lsn {
     pg.psql("app", "SELECT pg_current_wal_lsn()")
