@@ -3,13 +3,15 @@
 //! the README documents is exported, counts match what was written, and
 //! lag, stall and readiness follow a paused broker and its recovery.
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::{shared, KafkaBroker};
 use crate::relay::support::{
-    aggregates, env, lsn_now, payload_texts, verify, wait_for, write, Relay,
+    aggregates, env, last_lines, lsn_now, payload_texts, verify, wait_for, wait_for_or, write,
+    Relay,
 };
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -42,6 +44,61 @@ fn readyz(port: u16) -> (u16, String) {
     get(port, "/readyz").unwrap_or((0, "no answer".into()))
 }
 
+/// When each step of a test was reached, counted from its start.
+struct Timeline {
+    start: Instant,
+    marks: RefCell<Vec<String>>,
+}
+
+impl Timeline {
+    fn new() -> Timeline {
+        Timeline {
+            start: Instant::now(),
+            marks: RefCell::new(Vec::new()),
+        }
+    }
+
+    fn mark(&self, what: &str) {
+        let at = self.start.elapsed().as_secs_f64();
+        self.marks.borrow_mut().push(format!("{what} {at:.1}s"));
+    }
+
+    fn show(&self) -> String {
+        self.marks.borrow().join(", ")
+    }
+}
+
+/// The series a failed wait of the paused-broker test turns on.
+const WATCHED: [&str; 9] = [
+    "outboxd_events_published_total",
+    "outboxd_in_flight_events ",
+    "outboxd_stall_seconds",
+    "outboxd_connected",
+    "outboxd_slot_lag_bytes",
+    "outboxd_server_lsn",
+    "outboxd_confirmed_lsn",
+    "outboxd_delivery_failures_total",
+    "outboxd_reconnects_total",
+];
+
+/// What the relay's endpoint, its log and the broker's log showed: ends a
+/// failure message, so a run that failed once says which part was late.
+/// The short lines come last: CI shows the end of a long message.
+fn showing(port: u16, relay: &Relay, broker: &KafkaBroker, timeline: &str) -> String {
+    let scrape = get(port, "/metrics").map_or("no answer".into(), |(_, body)| {
+        body.lines()
+            .filter(|l| !l.starts_with('#') && WATCHED.iter().any(|w| l.starts_with(w)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    format!(
+        "relay log (tail):\n{}\nbroker log (tail):\n{}\nmetrics:\n{scrape}\n/readyz: {:?}\ntimeline: {timeline}",
+        last_lines(&relay.log(), 25),
+        last_lines(&broker.log(), 10),
+        readyz(port),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
     let broker = tokio::task::block_in_place(KafkaBroker::start);
@@ -57,8 +114,15 @@ async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
     let e = env(broker.bootstrap(), "opsmetrics", &extra);
     let relay = Relay::start(&e);
     let log = || relay.log();
+    let timeline = Timeline::new();
+    let wait = |what: &str, timeout: Duration, cond: &mut dyn FnMut() -> bool| {
+        wait_for_or(what, timeout, cond, || {
+            showing(port, &relay, &broker, &timeline.show())
+        });
+        timeline.mark(what);
+    };
     tokio::task::block_in_place(|| {
-        wait_for("/healthz", Duration::from_secs(60), || {
+        wait("/healthz", Duration::from_secs(60), &mut || {
             get(port, "/healthz") == Some((200, "ok\n".into()))
         })
     });
@@ -72,18 +136,26 @@ async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
     let mut sent = write(&mut client, "opsmetrics", &aggs, 300, &[1, 10, 50], 0).await;
 
     let quiet = tokio::task::block_in_place(|| {
-        wait_for("300 events published", Duration::from_secs(120), || {
-            Scrape::take(port).get("outboxd_events_published_total", "") == Some(300.0)
+        wait(
+            "300 events published",
+            Duration::from_secs(120),
+            &mut || Scrape::take(port).get("outboxd_events_published_total", "") == Some(300.0),
+        );
+        wait("ready", Duration::from_secs(30), &mut || {
+            readyz(port).0 == 200
         });
-        wait_for("ready", Duration::from_secs(30), || readyz(port).0 == 200);
         // slot_active = 1: a sample taken since the stream started.
-        wait_for("lag near 0 and no stall", Duration::from_secs(60), || {
-            let s = Scrape::take(port);
-            s.get("outboxd_slot_active", "") == Some(1.0)
-                && s.get("outboxd_slot_lag_bytes", "").is_some_and(|v| v < MIB)
-                && s.value("outboxd_stall_seconds", "") == 0.0
-                && s.value("outboxd_in_flight_events", "") == 0.0
-        });
+        wait(
+            "lag near 0 and no stall",
+            Duration::from_secs(60),
+            &mut || {
+                let s = Scrape::take(port);
+                s.get("outboxd_slot_active", "") == Some(1.0)
+                    && s.get("outboxd_slot_lag_bytes", "").is_some_and(|v| v < MIB)
+                    && s.value("outboxd_stall_seconds", "") == 0.0
+                    && s.value("outboxd_in_flight_events", "") == 0.0
+            },
+        );
         Scrape::take(port)
     });
     let v = |name: &str, label: &str| quiet.value(name, label);
@@ -126,58 +198,72 @@ async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
     // grows and /readyz fails within the stall threshold.
     broker.pause();
     let paused_at = Instant::now();
+    timeline.mark("paused");
     let wal_before = lsn_now(&e.pg);
-    sent.extend(write(&mut client, "opsmetrics", &aggs, 200, &[20], 0).await);
+    // One commit: the message timeout runs from the first event's send, so
+    // a write slowed by a busy disk must not eat into the time for the
+    // checks of the stall below.
+    sent.extend(write(&mut client, "opsmetrics", &aggs, 200, &[200], 0).await);
     let wal_after = lsn_now(&e.pg);
+    timeline.mark("written");
+    let context = || showing(port, &relay, &broker, &timeline.show());
     tokio::task::block_in_place(|| {
-        wait_for("events in flight", Duration::from_secs(10), || {
+        wait("events in flight", Duration::from_secs(10), &mut || {
             Scrape::take(port).value("outboxd_in_flight_events", "") > 0.0
         });
-        wait_for("/readyz 503", Duration::from_secs(15), || {
+        wait("/readyz 503", Duration::from_secs(15), &mut || {
             readyz(port).0 == 503
         });
         let (_, reason) = readyz(port);
         assert!(
             reason.starts_with("stalled") && reason.lines().count() == 1,
-            "{reason}"
+            "{reason}\n{}",
+            context()
         );
         // 3 s threshold, checked on every request: well within 12 s, before the
         // 15 s message timeout turns it into a Kafka outage.
-        assert!(paused_at.elapsed() < Duration::from_secs(12));
+        assert!(
+            paused_at.elapsed() < Duration::from_secs(12),
+            "/readyz failed {:?} after the pause\n{}",
+            paused_at.elapsed(),
+            context()
+        );
         let first = Scrape::take(port).value("outboxd_stall_seconds", "");
         std::thread::sleep(Duration::from_millis(1500));
         let second = Scrape::take(port).value("outboxd_stall_seconds", "");
         assert!(
             first >= 3.0 && second > first,
-            "stall {first} then {second}"
+            "stall {first} then {second}\n{}",
+            context()
         );
         // A sample taken after the writes shows them as lag: the slot is
         // held before the first unacknowledged event (10% slack for WAL a
         // keepalive may confirm between `wal_before` and that event).
         let written = (wal_after.0 - wal_before.0) as f64;
-        wait_for("lag to grow", Duration::from_secs(15), || {
+        wait("lag to grow", Duration::from_secs(15), &mut || {
             let s = Scrape::take(port);
             s.value("outboxd_server_lsn", "") >= wal_after.0 as f64
                 && s.value("outboxd_slot_lag_bytes", "") >= written * 0.9
         });
         // Past message.timeout.ms the delivery fails and Kafka counts as down.
-        wait_for("a delivery failure", Duration::from_secs(60), || {
+        wait("a delivery failure", Duration::from_secs(60), &mut || {
             let s = Scrape::take(port);
             s.get("outboxd_delivery_failures_total", "").unwrap_or(0.0) > 0.0
                 && s.value("outboxd_connected", "side=\"kafka\"") == 0.0
         });
     });
     broker.resume();
+    timeline.mark("resumed");
     tokio::task::block_in_place(|| {
-        wait_for(
+        wait(
             "/readyz 200 after the resume",
             Duration::from_secs(120),
-            || readyz(port).0 == 200,
+            &mut || readyz(port).0 == 200,
         );
-        wait_for(
+        wait(
             "all 500 published, caught up",
             Duration::from_secs(120),
-            || {
+            &mut || {
                 let s = Scrape::take(port);
                 s.value("outboxd_events_published_total", "") >= 500.0
                     && s.value("outboxd_stall_seconds", "") == 0.0
@@ -185,7 +271,7 @@ async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
             },
         );
         // librdkafka statistics come every 5 s.
-        wait_for("broker round trips", Duration::from_secs(30), || {
+        wait("broker round trips", Duration::from_secs(30), &mut || {
             Scrape::take(port)
                 .get("outboxd_kafka_broker_rtt_seconds", "")
                 .is_some()
@@ -204,7 +290,7 @@ async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
     assert!(
         log().contains("Kafka outage ended after"),
         "{}",
-        tail(&log(), 40)
+        last_lines(&log(), 40)
     );
     let logs = e.dir.path().to_path_buf();
     let texts = payload_texts(&e.pg);
@@ -238,9 +324,4 @@ async fn endpoint_defaults_no_debezium_aliases_and_plain_http_answers() {
     assert!(body.contains("# TYPE outboxd_wal_receive_to_ack_seconds histogram"));
     assert!(body.contains("# HELP outboxd_slot_lag_bytes"));
     assert_eq!(get(port, "/nope").map(|r| r.0), Some(404));
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }

@@ -19,6 +19,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::harness::outboxd::bin;
+use crate::relay::support::last_lines;
 
 /// Hides the files of libcurl's development package in a private mount
 /// namespace, shows that curl.h is gone, then runs the command given.
@@ -73,7 +74,7 @@ fn release_build_scripts_run_without_libcurl_headers() {
         out.status.success(),
         "the release build without libcurl's headers failed ({}):\n{}",
         out.status,
-        tail(&stderr, 60)
+        last_lines(&stderr, 60)
     );
     eprintln!(
         "ops::plain_build: build scripts and check without libcurl headers in {:.0} s ({})",
@@ -88,9 +89,4 @@ fn is_root() -> bool {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false)
-}
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }

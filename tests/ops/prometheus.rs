@@ -38,7 +38,7 @@ use self::names::{declared_names, exported_names, metric_names};
 use self::server::Prometheus;
 use crate::harness::kafka::shared;
 use crate::harness::pg::{pg_install, Auth, PgCluster, PgOptions, SUPERUSER, SUPERUSER_PASSWORD};
-use crate::relay::support::{wait_for, Env, Relay};
+use crate::relay::support::{last_lines, wait_for, Env, Relay};
 
 /// The alerts `docker/prometheus/alerts.yml` must define.
 const ALERTS: [&str; 11] = [
@@ -444,7 +444,7 @@ fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_a_real_relay
         problems.is_empty(),
         "{}\n\n/metrics exports: {exported:?}\nrelay log (tail):\n{}",
         problems.join("\n"),
-        tail(&relay.log(), 40)
+        last_lines(&relay.log(), 40)
     );
     eprintln!(
         "ops::prometheus: {} rules and {} dashboard expressions evaluated; without series while healthy, as expected: {empty_ok:?}",
@@ -467,7 +467,12 @@ fn dashboard_and_alerts_evaluate_against_a_real_prometheus_scraping_a_real_relay
             .iter()
             .find(|(name, state, _)| name == "OutboxdHalted" && state == "firing")
             .map(|(_, _, labels)| labels.clone())
-            .ok_or_else(|| format!("{alerts:?}\nrelay log (tail):\n{}", tail(&relay.log(), 20)))
+            .ok_or_else(|| {
+                format!(
+                    "{alerts:?}\nrelay log (tail):\n{}",
+                    last_lines(&relay.log(), 20)
+                )
+            })
     });
     assert_eq!(halted["severity"], "critical");
     assert_eq!(halted["slot"], slot);
@@ -536,9 +541,4 @@ fn get_metrics(addr: &str) -> String {
         Ok((200, body)) => body,
         other => panic!("GET /metrics: {other:?}"),
     }
-}
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
