@@ -284,10 +284,11 @@ CONF
   fi
 }
 
-stop_relay() { # system
+stop_relay() { # system [log]
   stop_pid "$relay_pid" 30
   relay_pid=
-  [[ $REPLY == 0 || $REPLY == 143 ]] || echo "warning: $1 exited with status $REPLY (log: $out/$1/relay.log)" >&2
+  [[ $REPLY == 0 || $REPLY == 143 ]] ||
+    echo "warning: $1 exited with status $REPLY (log: ${2:-$out/$1/relay.log})" >&2
 }
 
 # Kafka Connect standalone: worker and connector files. The producer is set like

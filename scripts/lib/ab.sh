@@ -125,7 +125,7 @@ CONF
   sleep 1.2
   put "$run.produce_requests" "$(curl -s "http://127.0.0.1:$port/metrics" |
     awk '/^outboxd_kafka_produce_requests_total/ { n += $2 } END { print n + 0 }')"
-  stop_relay "$run"
+  stop_relay "$run" "$dir/$run.relay.log"
 }
 
 ab_drain_ceiling() { # db slot run endpos

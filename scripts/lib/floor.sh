@@ -50,12 +50,16 @@ floor_relay_pass() { # head|base db txn count rate run
     [[ -n $ab_base_bin ]] || return 0
     binary=$ab_base_bin
   fi
-  floor_start_outboxd "$binary" "$db" "lat_$who" "$run" "$who"
+  # A slot of its own per pass: exactly-once keeps its ledger under the
+  # slot's name, and a new slot of an old name is confirmed past that
+  # ledger, which the relay refuses as a gap.
+  local slot=${run//-/_}
+  floor_start_outboxd "$binary" "$db" "$slot" "$run" "$who"
   start_consumer lat "$run" "$n"
   write_events lat "$db" "$run" "$txn" "$count" "$rate"
   wait_consumer lat "$run"
-  stop_relay "$run"
-  servers_psql "$db" -c "SELECT pg_drop_replication_slot('lat_$who')" >/dev/null
+  stop_relay "$run" "$out/lat/$run.relay.log"
+  servers_psql "$db" -c "SELECT pg_drop_replication_slot('$slot')" >/dev/null
 }
 
 floor_phase() { # rate
