@@ -48,6 +48,9 @@ outboxd_extra() { # head|base
 }
 
 ab_build_baseline() { # rev
+  # Two configurations (one binary in two modes, say) make the A/B a
+  # comparison, not the regression check: the report says so.
+  [[ ${BENCH_HEAD_TOML:-} == "${BENCH_BASE_TOML:-}" ]] || put ab.configs_differ 1
   if [[ -n ${BENCH_BASELINE_BIN:-} ]]; then
     # A binary built elsewhere (another configuration, a local experiment).
     ab_base_bin=$BENCH_BASELINE_BIN
