@@ -164,10 +164,16 @@ impl TableWatch {
         // The session checked the table a moment ago; if it changed since,
         // or since an earlier session, this first look already says so.
         let mut last_intact = first.clone();
-        if let Err((i, change)) = admin::judge_all(&identities, &first.identities) {
+        if let Err(found) = admin::judge_all(&identities, &first.identities) {
             if let Some(earlier) = baseline.last_intact.get() {
                 last_intact = earlier;
             }
+            let (i, change) = match admin::observe(&client, &targets).await {
+                Ok(again) => {
+                    admin::named_change(found, admin::judge_all(&identities, &again.identities))
+                }
+                Err(_) => found,
+            };
             tx.send_modify(|s| s.changed = Some(reason(settings, i, change, start, &last_intact)));
         } else {
             baseline.last_intact.set(&first);
@@ -332,7 +338,13 @@ async fn watch_loop(mut l: Looker) {
                 l.last_intact = now;
                 l.tx.send_modify(|s| s.looks += 1);
             }
-            Err((i, change)) => {
+            Err(found) => {
+                let (i, change) = match l.look().await {
+                    Ok(again) => {
+                        admin::named_change(found, admin::judge_all(&l.start, &again.identities))
+                    }
+                    Err(_) => found,
+                };
                 let reason = reason(&l.settings, i, change, l.ceiling.get(), &l.last_intact);
                 l.tx.send_modify(|s| {
                     s.changed = Some(reason);
