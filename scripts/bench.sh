@@ -52,6 +52,9 @@
 #   BENCH_DIR=target/bench      work dir (wiped at start)
 #   BENCH_PLOT_DIR=docs/benchmarks     where the PNGs go
 #   BENCH_SKIP_BUILD=1          use the binaries already in target/release
+#   BENCH_BIN_DIR=DIR           use the binaries in DIR (outboxd, examples/...) and
+#                               build nothing: the suite's smoke run uses the
+#                               debug ones (tests/ops/bench.rs)
 #   BENCH_AB_ROUNDS="5 3"       A/B rounds for the 1-row and the bulk backlog
 #   BENCH_BASELINE_BIN=PATH     an outboxd binary to use as the baseline (A)
 #                               instead of building REV
@@ -114,8 +117,9 @@ tck=$(getconf CLK_TCK)
 
 log() { echo "== $*" >&2; }
 
-# Plots are the point of a run: get the tool before spending minutes on it.
-if ! command -v gnuplot >/dev/null; then
+# Plots are the point of a run: get the tool before spending minutes on it
+# (only the systems' table is plotted).
+if [[ -n $systems ]] && ! command -v gnuplot >/dev/null; then
   log "installing gnuplot-nox (plots)"
   { apt-get install -y --no-install-recommends gnuplot-nox >/dev/null ||
     { apt-get update >/dev/null && apt-get install -y --no-install-recommends gnuplot-nox >/dev/null; }; } ||
@@ -123,7 +127,7 @@ if ! command -v gnuplot >/dev/null; then
 fi
 
 scripts/setup.sh
-if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then
+if [[ ${BENCH_SKIP_BUILD:-0} != 1 && -z ${BENCH_BIN_DIR:-} ]]; then
   log "building release binaries"
   cargo build --release --bin outboxd --example polling_relay --example bench_consume --example bench_produce
 fi
@@ -131,7 +135,7 @@ fi
 source "$root/scripts/lib/ab.sh"
 # shellcheck source=scripts/lib/floor.sh
 source "$root/scripts/lib/floor.sh"
-bin=${CARGO_TARGET_DIR:-$root/target}/release
+bin=${BENCH_BIN_DIR:-${CARGO_TARGET_DIR:-$root/target}/release}
 dbz_libs=
 if [[ " $systems " == *" debezium "* ]]; then dbz_libs=$(scripts/debezium.sh fetch); fi
 

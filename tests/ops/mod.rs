@@ -1,8 +1,10 @@
 //! Operations: metrics and health endpoints, `outboxd check`, exit codes and
 //! secrets in the output of every subcommand, logs, and the
 //! Prometheus dashboards and alert rules, the container image built and run,
-//! and the plain release build without libcurl headers, against real servers.
+//! the plain release build without libcurl headers, and a small run of the
+//! benchmark script, against real servers.
 
+mod bench;
 pub(crate) mod check;
 mod cli;
 mod env_overrides;
