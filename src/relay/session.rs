@@ -378,11 +378,7 @@ impl<'a, D: Delivery> Session<'a, D> {
             s.source.confirm(s.confirmable());
             let reported = s.source.reported();
             s.slot.confirmed(reported.confirmed);
-            s.telemetry.emit(TelemetryEvent::Turn {
-                in_flight: s.window.in_flight(),
-                in_flight_bytes: s.window.in_flight_bytes(),
-                reported,
-            });
+            s.tell_turn();
             // What the driver confirmed, which the tracker called
             // confirmable: the ledger never leads the acknowledgements.
             // (Exactly-once writes it inside its transactions instead.)
@@ -396,6 +392,16 @@ impl<'a, D: Delivery> Session<'a, D> {
                 }
             }
         }
+    }
+
+    /// The window and the positions as they are now: the in-flight gauges,
+    /// the positions, and the health's view of progress.
+    fn tell_turn(&mut self) {
+        self.telemetry.emit(TelemetryEvent::Turn {
+            in_flight: self.window.in_flight(),
+            in_flight_bytes: self.window.in_flight_bytes(),
+            reported: self.source.reported(),
+        });
     }
 
     /// Stops reading (a table change, or poison under `on_error = "stop"`):

@@ -262,6 +262,12 @@ impl<D: Delivery> Session<'_, D> {
                     }
                 }
                 Err(SendError::QueueFull) => {
+                    // This waits for Kafka to acknowledge something, for as
+                    // long as a hung broker takes, in the middle of a batch
+                    // whose turn is not told yet: tell the window as it is,
+                    // not as the last turn left it (CI saw 93 in flight
+                    // where the queue held 100).
+                    self.tell_turn();
                     let Some(report) = self.delivery.next_report().await else {
                         return Ok(Some(Reconnect::producer_stopped()));
                     };
