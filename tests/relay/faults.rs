@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::support::{
-    acked_positions, aggregates, confirmed_lsn, edit_config, env, ledger_entries, lsn_now, now_ms,
-    payload_texts, use_ledger_topic, verify, wait_for, Relay,
+    acked_positions, aggregates, confirmed_lsn, edit_config, env, last_lines, ledger_entries,
+    lsn_now, now_ms, payload_texts, use_ledger_topic, verify, wait_for, wait_for_or, Relay,
 };
 use crate::harness::kafka::{shared, KafkaBroker};
 
@@ -381,7 +381,7 @@ async fn paused_broker_holds_the_slot_before_the_first_unacked_event() {
         "app",
         "SELECT pg_create_logical_replication_slot('observer', 'test_decoding')",
     );
-    let _relay = Relay::start(&e);
+    let relay = Relay::start(&e);
     let aggs = aggregates(10);
     let mut client = e.pg.client("app").await;
     let mut sent = super::support::write(&mut client, "pause", &aggs, 500, &[10], 0).await;
@@ -421,11 +421,17 @@ async fn paused_broker_holds_the_slot_before_the_first_unacked_event() {
         "pause: held at {max_seen} < {first_unacked_end}; {} delivered, {} duplicates",
         v.delivered, v.duplicates
     );
+    // The records can be in Kafka before the relay has their acks: a
+    // request answered while the broker fenced itself is retried after the
+    // metadata refresh, up to the message timeout (120 s) after the
+    // resume, as above; the slot moves once the acks are in. (CI, once in
+    // 21 runs: records all there, the slot still held 60 s later.)
     tokio::task::block_in_place(|| {
-        wait_for(
+        wait_for_or(
             "slot to move past the paused window",
-            Duration::from_secs(60),
+            Duration::from_secs(150),
             || confirmed_lsn(pg, "pause") >= first_unacked_end,
+            || format!("relay log (tail):\n{}", last_lines(&relay.log(), 40)),
         )
     });
 }
