@@ -378,7 +378,7 @@ impl<'a, D: Delivery> Session<'a, D> {
             s.source.confirm(s.confirmable());
             let reported = s.source.reported();
             s.slot.confirmed(reported.confirmed);
-            s.tell_turn();
+            s.tell_turn(reported);
             // What the driver confirmed, which the tracker called
             // confirmable: the ledger never leads the acknowledgements.
             // (Exactly-once writes it inside its transactions instead.)
@@ -394,13 +394,14 @@ impl<'a, D: Delivery> Session<'a, D> {
         }
     }
 
-    /// The window and the positions as they are now: the in-flight gauges,
-    /// the positions, and the health's view of progress.
-    fn tell_turn(&mut self) {
+    /// The window as it is now and the positions the driver `reported`:
+    /// the in-flight gauges, the positions, and the health's view of
+    /// progress.
+    fn tell_turn(&mut self, reported: crate::source::driver::Reported) {
         self.telemetry.emit(TelemetryEvent::Turn {
             in_flight: self.window.in_flight(),
             in_flight_bytes: self.window.in_flight_bytes(),
-            reported: self.source.reported(),
+            reported,
         });
     }
 

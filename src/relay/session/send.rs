@@ -267,7 +267,8 @@ impl<D: Delivery> Session<'_, D> {
                     // whose turn is not told yet: tell the window as it is,
                     // not as the last turn left it (CI saw 93 in flight
                     // where the queue held 100).
-                    self.tell_turn();
+                    let reported = self.source.reported();
+                    self.tell_turn(reported);
                     let Some(report) = self.delivery.next_report().await else {
                         return Ok(Some(Reconnect::producer_stopped()));
                     };
