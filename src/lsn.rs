@@ -13,6 +13,8 @@ pub struct Lsn(pub u64);
 
 impl Lsn {
     pub const ZERO: Lsn = Lsn(0);
+    /// Above every position: no ceiling.
+    pub const MAX: Lsn = Lsn(u64::MAX);
 }
 
 impl From<u64> for Lsn {

@@ -208,19 +208,43 @@ impl RelayLedger {
                 crate::config::DeliveryMode::ExactlyOnce
             ),
         });
-        // A failover slot synchronised to the promoted standby carries its
-        // position over the promotion: no gap. The synchronised copy lags
-        // the relay, so what the ledger has below the branch point (the
-        // same WAL on both timelines) is skipped; above it the new timeline
-        // may reuse LSNs.
-        let decision = match decision {
+        let decision = self.failover_resume(decision, ledger, &identity, found);
+        start.previous = ledger.cloned();
+        // A split transaction's first events are in Kafka: only for this
+        // server's own entry (a resume from it).
+        start.inside = ledger
+            .filter(|l| l.identity() == identity && l.timeline == found.timeline)
+            .and_then(|l| l.inside);
+        if let Some(inside) = start.inside {
+            tracing::info!(slot = %self.slot, commit_lsn = %inside.commit_lsn, events = inside.events, "resuming inside a database transaction split over Kafka transactions: its first events are in Kafka already and are skipped");
+        }
+        start.identity = Some(identity);
+        start.timeline = found.timeline;
+        let plan = self.plan(decision, start)?;
+        self.telemetry.emit(RelayEvent::Gap(None));
+        Ok(plan)
+    }
+
+    /// A failover slot synchronised to the promoted standby carries its
+    /// position over the promotion: no gap. The synchronised copy lags the
+    /// relay, so what the ledger has below the branch point (the same WAL
+    /// on both timelines) is skipped; above it the new timeline may reuse
+    /// LSNs.
+    fn failover_resume(
+        &self,
+        decision: StartDecision,
+        ledger: Option<&LedgerEntry>,
+        identity: &LedgerIdentity,
+        found: &Identified,
+    ) -> StartDecision {
+        match decision {
             StartDecision::Gap(gap)
                 if found.failover_slot
                     && matches!(gap.reason, GapReason::TimelineChanged { .. })
                     && matches!(found.slot, SlotState::Present { .. }) =>
             {
                 let skip_through = ledger
-                    .filter(|l| l.identity() == identity)
+                    .filter(|l| l.identity() == *identity)
                     .zip(found.timeline_history.as_deref())
                     .and_then(|(l, history)| {
                         Some(l.confirmed_lsn.min(branch_point(history, l.timeline)?))
@@ -233,19 +257,13 @@ impl RelayLedger {
                 }
             }
             other => other,
-        };
-        start.previous = ledger.cloned();
-        // A split transaction's first events are in Kafka: only for this
-        // server's own entry (a resume from it).
-        start.inside = ledger
-            .filter(|l| l.identity() == identity && l.timeline == found.timeline)
-            .and_then(|l| l.inside);
-        if let Some(inside) = start.inside {
-            tracing::info!(slot = %self.slot, commit_lsn = %inside.commit_lsn, events = inside.events, "resuming inside a database transaction split over Kafka transactions: its first events are in Kafka already and are skipped");
         }
-        start.identity = Some(identity);
-        start.timeline = found.timeline;
-        let plan = match decision {
+    }
+
+    /// What the session does with the slot, by the ledger's decision: the
+    /// terms go into `start`; a gap not accepted stops the relay.
+    fn plan(&mut self, decision: StartDecision, start: &mut Start) -> Result<SlotPlan, RelayError> {
+        Ok(match decision {
             StartDecision::FirstStart | StartDecision::NoSlot => SlotPlan::AsConfigured,
             StartDecision::Resume { from, skip_through } => {
                 if let Some(through) = skip_through {
@@ -310,9 +328,7 @@ impl RelayLedger {
                     SlotPlan::AsConfigured
                 }
             }
-        };
-        self.telemetry.emit(RelayEvent::Gap(None));
-        Ok(plan)
+        })
     }
 
     /// A session streams: from now on a missing slot is a lost one.

@@ -1,43 +1,52 @@
 //! One relay session: a replication stream (run by its own task, see
-//! [`driver`](crate::source::driver)), a producer ([`Delivery`]) and the
-//! in-flight window ([`Window`]) that live and die together. The main
-//! `select!` is biased, by priority:
-//! 1. shutdown (drain in-flight acks, confirm, exit), then a change of the
-//!    outbox table ([`TableWatch`]: halt),
+//! [`driver`](crate::source::driver)), a producer in the configured
+//! delivery mode ([`DeliveryMode`]) and the in-flight window ([`Window`])
+//! that live and die together.
+//!
+//! [`Session::run`] opens them, then turns until the session ends: an
+//! active turn while relaying, a draining turn once a shutdown was asked
+//! for ([`shutdown`]). Each turn waits in one biased `select!`, by
+//! priority:
+//! 1. shutdown (start draining), then a change of the outbox table
+//!    ([`TableWatch`]: halt),
 //! 2. delivery reports (acks move the confirmable position; a transport
 //!    failure ends the session),
 //! 3. the drain deadline,
-//! 4. a status update the driver sent, or the end of the ledger's interval
-//!    while the ledger has not taken what the driver confirmed (after every
-//!    turn the ledger is offered that position),
+//! 4. a status update the driver sent, or the time the delivery mode asked
+//!    to be woken at ([`DeliveryMode::wake_at`]: the ledger's interval, a
+//!    Kafka transaction's commit),
 //! 5. what the driver read, only while in-flight events and bytes are under
-//!    their limits (or else only the driver's failure).
+//!    their limits (or else only the driver's failure),
+//!
+//! and ends in the mode's [`DeliveryMode::end_turn`], which confirms what
+//! may be confirmed.
 //!
 //! The walsender ends a connection it hears nothing from for
 //! `wal_sender_timeout`; the driver sees to that on its own, whatever this
 //! task waits for (a topic, a report, room in the producer's queue).
 //!
-//! This file holds the session's I/O and its loop. Its submodules:
-//! [`window`] owns what is in flight (pure: the ack tracker, the records
-//! waiting to be sent again, the poison [`verdicts`], the halt);
-//! [`delivery`] is the seam to Kafka, one implementation per delivery mode;
-//! [`send`] takes events to the producer and reports back to the window;
-//! [`poison`] applies `relay.on_error`; [`telemetry`] writes metrics, health
-//! and log lines.
+//! Submodules: [`window`] owns what is in flight (pure: the ack tracker,
+//! the records waiting to be sent again, the poison [`verdicts`], the
+//! halt); [`mode`] is the seam to Kafka and the delivery mode's policy, one
+//! implementation per mode ([`at_least_once`], [`exactly_once`]); [`send`]
+//! takes events to the producer and reports back to the window; [`poison`]
+//! applies `relay.on_error`; [`telemetry`] writes metrics, health and log
+//! lines.
 
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::ledger::{self, FencingCheck, RelayLedger, Start};
+use super::ledger::{self, RelayLedger, Start};
 use super::slot_record::SlotRecord;
-mod commit;
-mod delivery;
+mod at_least_once;
+mod exactly_once;
+mod mode;
 mod poison;
 mod send;
+mod shutdown;
 mod telemetry;
-mod transactional;
 mod verdicts;
 mod window;
 
@@ -48,26 +57,22 @@ pub(super) use verdicts::PoisonMemory;
 
 use super::table_watch::{TableBaseline, TableWatch, WatchNews};
 use super::{RelayError, RelaySettings};
-use crate::config::DeliveryMode;
+use crate::config::DeliveryMode as Configured;
 use crate::outbox::TableMappers;
 use crate::progress::ledger::LedgerWriter;
 use crate::sink::TopicManager;
-use crate::source::driver::{DriverOptions, SourceHandle, StatusUpdates, Streamed};
+use crate::source::driver::{DriverOptions, Reported, SourceHandle, StatusUpdates, Streamed};
 use crate::source::session::{SourceError, SourceSession};
 use crate::Lsn;
-use delivery::{AtLeastOnce, Delivery};
+use at_least_once::AtLeastOnce;
+use exactly_once::ExactlyOnce;
+use mode::DeliveryMode;
 use telemetry::{Telemetry, TelemetryEvent};
-use transactional::Transactional;
 use window::{Halt, Limits, Relayed, Window};
 
 /// Items taken from the driver per wake-up at most, so that reports and
 /// shutdown are looked at in between.
 const BATCH: usize = 64;
-
-/// Least time a graceful stop waits for the table watch to vouch for the
-/// last acked position (beyond three status intervals): two looks on a
-/// slow connection.
-const MIN_SETTLE: Duration = Duration::from_secs(2);
 
 pub(crate) enum SessionEnd {
     Shutdown,
@@ -99,81 +104,97 @@ impl Reconnect {
     }
 }
 
-/// Runs one session, in the configured delivery mode (see [`delivery`]).
+/// What the relay lends each session: the state that outlives it (see
+/// `RelayState`).
+pub(super) struct Lent<'a> {
+    pub(super) mapper: &'a mut TableMappers,
+    pub(super) poison: &'a mut PoisonMemory,
+    pub(super) ledger: &'a mut RelayLedger,
+    pub(super) slot: &'a mut SlotRecord,
+    pub(super) tables: &'a mut TableBaseline,
+    pub(super) stop: watch::Receiver<bool>,
+}
+
+/// Runs one session, in the configured delivery mode.
 pub(super) async fn run(
     settings: &RelaySettings,
-    mapper: &mut TableMappers,
-    poison: &mut PoisonMemory,
-    ledger: &mut RelayLedger,
-    slot: &mut SlotRecord,
-    tables: &mut TableBaseline,
-    stop: watch::Receiver<bool>,
+    lent: Lent<'_>,
 ) -> Result<SessionEnd, RelayError> {
     match settings.config.relay.delivery {
-        DeliveryMode::AtLeastOnce => {
-            Session::<AtLeastOnce>::run(settings, mapper, poison, ledger, slot, tables, stop).await
+        Configured::AtLeastOnce => {
+            Session::<AtLeastOnce>::open(settings, lent)
+                .await?
+                .run()
+                .await
         }
-        DeliveryMode::ExactlyOnce => {
+        Configured::ExactlyOnce => {
             // From what Kafka committed, not from what this process
             // believes it committed.
-            ledger.refresh().await?;
-            Session::<Transactional>::run(settings, mapper, poison, ledger, slot, tables, stop)
+            lent.ledger.refresh().await?;
+            Session::<ExactlyOnce>::open(settings, lent)
+                .await?
+                .run()
                 .await
         }
     }
 }
 
-struct Session<'a, D> {
-    settings: &'a RelaySettings,
-    /// The replication stream's driver.
+/// The replication stream, as the loop knows it.
+struct Stream {
+    /// The driver.
     source: SourceHandle,
     /// Its status updates, which wake the loop to offer the ledger what
     /// was confirmed.
     status_updates: StatusUpdates,
-    /// The driver said the open transaction is complete after a drain
-    /// request: nothing more comes.
-    drained: bool,
-    mapper: &'a mut TableMappers,
-    /// What is in flight: every decision about it is the window's.
-    window: Window<'a>,
-    delivery: D,
-    topics: TopicManager,
     /// When the message being processed arrived.
     received_at: Instant,
-    telemetry: Telemetry,
-    /// Keeps confirmation behind the last look that found the outbox table
-    /// intact; reports a change.
-    table_watch: TableWatch,
-    ledger: &'a mut RelayLedger,
-    /// Offered what the driver confirmed; `None` before the server is known.
-    ledger_writer: Option<LedgerWriter>,
-    /// Told that the stream opened and what the driver confirmed, for the
-    /// relay's decisions about the slot.
-    slot: &'a mut SlotRecord,
-    /// The relay's name in the ledger, which a transactional id derives
-    /// from.
-    ledger_key: String,
-    /// Exactly-once: the ledger read after this session's producer fenced
-    /// the last one, under way until the first commit waits for it.
-    fencing_check: Option<FencingCheck>,
-    /// Exactly-once: the position of the last committed ledger entry, which
-    /// the slot is never confirmed past.
-    committed: Lsn,
     /// The walsender said it has nothing more for now (a keepalive between
     /// transactions) since the last item: the stream is idle.
     idle: bool,
+    /// The driver said the open transaction is complete after a drain
+    /// request: nothing more comes.
+    drained: bool,
 }
 
-impl<'a, D: Delivery> Session<'a, D> {
-    async fn run(
-        settings: &'a RelaySettings,
-        mapper: &'a mut TableMappers,
-        poison: &'a mut PoisonMemory,
-        ledger: &'a mut RelayLedger,
-        slot: &'a mut SlotRecord,
-        tables: &mut TableBaseline,
-        mut stop: watch::Receiver<bool>,
-    ) -> Result<SessionEnd, RelayError> {
+struct Session<'a, D> {
+    settings: &'a RelaySettings,
+    /// Owned by the relay, lent for this session.
+    mapper: &'a mut TableMappers,
+    ledger: &'a mut RelayLedger,
+    /// Told that the stream opened and what the driver confirmed, for the
+    /// relay's decisions about the slot.
+    slot: &'a mut SlotRecord,
+    stop: watch::Receiver<bool>,
+    /// Owned by the session: the stream, and the watch that keeps its
+    /// confirmation behind the last look that found the outbox table
+    /// intact (and reports a change).
+    stream: Stream,
+    table_watch: TableWatch,
+    /// What is in flight: every decision about it is the window's.
+    window: Window<'a>,
+    /// The producer, and the state of the delivery mode's own policy.
+    delivery: D,
+    topics: TopicManager,
+    /// Makes the position ledger's entries; `None` before the server is
+    /// known.
+    ledger_writer: Option<LedgerWriter>,
+    telemetry: Telemetry,
+    /// Once a shutdown was asked for: when the drain gives up.
+    drain_deadline: Option<Instant>,
+}
+
+impl<'a, D: DeliveryMode> Session<'a, D> {
+    /// Opens the stream (past the ledger's gate), the table watch and the
+    /// producer.
+    async fn open(settings: &'a RelaySettings, lent: Lent<'a>) -> Result<Self, RelayError> {
+        let Lent {
+            mapper,
+            poison,
+            ledger,
+            slot,
+            tables,
+            stop,
+        } = lent;
         let mut start = Start::default();
         let source = SourceSession::open_gated(&settings.source, |found| {
             ledger.gate(settings, found, &mut start)
@@ -196,12 +217,7 @@ impl<'a, D: Delivery> Session<'a, D> {
             Some(identity) => identity.key(),
             None => settings.source.slot.clone(),
         };
-        let delivery = D::open(settings, &ledger_key).await?;
-        let fencing_check = if D::TRANSACTIONAL {
-            ledger.check_after_fencing(&start)
-        } else {
-            None
-        };
+        let delivery = D::start(settings, ledger, &start, start_lsn, &ledger_key).await?;
         let topics = TopicManager::new(&settings.brokers, &settings.config.kafka)?;
         telemetry.emit(TelemetryEvent::Started);
         let relay = &settings.config.relay;
@@ -213,191 +229,174 @@ impl<'a, D: Delivery> Session<'a, D> {
             through: start.skip_through,
             inside: start.inside,
         };
-        let mut s = Session {
+        Ok(Session {
             settings,
-            status_updates: source.status_updates(),
-            source,
-            drained: false,
             mapper,
-            window: Window::new(start_lsn, relayed, poison, limits),
-            delivery,
-            topics,
-            received_at: Instant::now(),
-            telemetry,
-            table_watch,
             ledger_writer: ledger.writer(&start, interval),
             ledger,
             slot,
-            ledger_key,
-            fencing_check,
-            // The ledger has everything up to its position in Kafka.
-            committed: relayed.through.map_or(start_lsn, |t| t.max(start_lsn)),
-            idle: false,
-        };
-        let mut drain_deadline: Option<Instant> = None;
-        let far = Instant::now() + Duration::from_secs(86400 * 365);
+            stop,
+            stream: Stream {
+                status_updates: source.status_updates(),
+                source,
+                received_at: Instant::now(),
+                idle: false,
+                drained: false,
+            },
+            table_watch,
+            window: Window::new(start_lsn, relayed, poison, limits),
+            delivery,
+            topics,
+            telemetry,
+            drain_deadline: None,
+        })
+    }
+
+    /// Turns until the session ends: active turns, then draining ones once
+    /// a shutdown was asked for.
+    async fn run(mut self) -> Result<SessionEnd, RelayError> {
         loop {
-            if let Some(deadline) = drain_deadline {
-                let drained = if s.window.halted().is_some() && D::TRANSACTIONAL {
-                    // Halted: the open transaction never commits.
-                    s.abort("the relay is halted and stopping").await;
-                    true
-                } else if s.window.halted().is_some() {
-                    // Halted: nothing after the poison event is read, so its
-                    // transaction never finishes, and the poison event holds
-                    // its tracker slot for good. Only what the producer still
-                    // holds can be acked: once its reports are all on the
-                    // channel, take them and stop.
-                    let flushed = s.delivery.in_queue() == 0;
-                    if flushed {
-                        while let Some(report) = s.delivery.try_report() {
-                            if let Some(end) = s.on_report(report).await? {
-                                return Ok(end);
-                            }
-                        }
-                    }
-                    flushed
-                } else {
-                    // Exactly-once: what was read until the stream drained
-                    // is acked by its commit.
-                    if D::TRANSACTIONAL && s.drained {
-                        let moved = s.ledger_position().through > s.committed;
-                        if s.delivery.open_transaction().is_some() || moved {
-                            if let Some(end) = s.commit().await? {
-                                return Ok(end);
-                            }
-                        }
-                    }
-                    s.drained && s.window.in_flight() == 0
-                };
-                if drained || Instant::now() >= deadline {
-                    let confirmed = s
-                        .table_watch
-                        .settle(s.confirmable(), interval * 3 + MIN_SETTLE)
-                        .await;
-                    tracing::info!(%confirmed, unacked = s.window.in_flight(), drained, "shutting down");
-                    s.source.finish(confirmed).await?;
-                    let confirmed = s.source.reported().confirmed;
-                    s.slot.confirmed(confirmed);
-                    s.telemetry.emit(TelemetryEvent::Finished { confirmed });
-                    // Exactly-once wrote its last entry with its last commit.
-                    let entry = s
-                        .ledger_writer
-                        .as_mut()
-                        .filter(|_| !D::TRANSACTIONAL)
-                        .and_then(|w| w.flush(confirmed, ledger::now_us()));
-                    if let Some(entry) = entry {
-                        s.ledger.flush(entry).await;
-                    }
-                    return Ok(SessionEnd::Shutdown);
-                }
-            }
-            if s.window.resend_due() {
-                if let Some(end) = s.resend_pending().await? {
-                    return Ok(end);
-                }
-            }
-            // While draining, the driver reads on only to finish the open
-            // transaction, so a restart does not repeat half of it.
-            let reading = s.may_read();
-            let ledger_due = s.ledger_due();
-            tokio::select! {
-                biased;
-                _ = stop.wait_for(|v| *v), if drain_deadline.is_none() => {
-                    tracing::info!(in_flight = s.window.in_flight(), "shutdown requested; draining");
-                    drain_deadline = Some(Instant::now() + relay.shutdown_timeout);
-                    s.source.drain();
-                }
-                // Also while halted: a server shutting down waits for our
-                // confirmation, which a halted relay never sends.
-                news = s.table_watch.news() => match news {
-                    WatchNews::Changed(reason) => s.halt(Halt::TableChanged(reason)),
-                    WatchNews::Lost(e) => return Err(SourceError::from(e).into()),
-                },
-                report = s.delivery.next_report() => {
-                    let Some(report) = report else {
-                        return Ok(Reconnect::producer_stopped());
-                    };
-                    if let Some(end) = s.on_report(report).await? {
-                        return Ok(end);
-                    }
-                    // Take every report already waiting: one wake-up per
-                    // burst of acks instead of one per ack.
-                    while let Some(report) = s.delivery.try_report() {
-                        if let Some(end) = s.on_report(report).await? {
-                            return Ok(end);
-                        }
-                    }
-                }
-                _ = tokio::time::sleep_until(drain_deadline.unwrap_or(far)), if drain_deadline.is_some() => {}
-                // The driver confirmed something new, or the ledger may take
-                // what it confirmed: offered below. An idle relay wakes for
-                // nothing else, so the ledger would lag the slot until the
-                // next keepalive.
-                _ = s.status_updates.changed() => {}
-                _ = tokio::time::sleep_until(ledger_due.unwrap_or(far)), if ledger_due.is_some() => {}
-                // Not reading (a full window, a halt), only the driver's end.
-                streamed = s.source.next(reading) => {
-                    if let Some(end) = s.on_streamed(streamed?).await? {
-                        return Ok(end);
-                    }
-                    // What else is waiting, while there is room for it.
-                    for _ in 1..BATCH {
-                        if !s.may_read() {
-                            break;
-                        }
-                        let Some(streamed) = s.source.try_recv() else {
-                            break;
-                        };
-                        if let Some(end) = s.on_streamed(streamed).await? {
-                            return Ok(end);
-                        }
-                    }
-                    // The walsender reached the head of the WAL (its
-                    // keepalive between transactions, see `send_now`): no
-                    // batch mate is near, so lingering would only add
-                    // latency. An empty hand-over channel is
-                    // no such sign: in a backlog the relay often empties it
-                    // before the driver reads on, and sending then made
-                    // small requests that kept the drain slow (19.5 against
-                    // 50 events per request, 0.85 x the release).
-                    if s.idle {
-                        s.delivery.send_now();
-                    }
-                }
-            }
-            if D::TRANSACTIONAL {
-                if s.window.halted().is_some() {
-                    // Nothing of the halted transaction becomes visible.
-                    s.abort("the relay halted").await;
-                }
-                if let Some(end) = s.commit_if_due().await? {
-                    return Ok(end);
-                }
-            }
-            s.source.confirm(s.confirmable());
-            let reported = s.source.reported();
-            s.slot.confirmed(reported.confirmed);
-            s.tell_turn(reported);
-            // What the driver confirmed, which the tracker called
-            // confirmable: the ledger never leads the acknowledgements.
-            // (Exactly-once writes it inside its transactions instead.)
-            if let Some(writer) = s.ledger_writer.as_mut().filter(|_| !D::TRANSACTIONAL) {
-                if let Some(entry) = writer.offer(
-                    reported.confirmed,
-                    std::time::Instant::now(),
-                    ledger::now_us(),
-                ) {
-                    s.ledger.submit(entry);
-                }
+            let end = match self.drain_deadline {
+                None => self.active_turn().await?,
+                Some(deadline) => self.drain_turn(deadline).await?,
+            };
+            if let Some(end) = end {
+                return Ok(end);
             }
         }
+    }
+
+    /// Sends what waits to be sent again, waits for the most urgent of the
+    /// loop's wake-ups (see the module's list) and handles it, then ends
+    /// the turn in the delivery mode.
+    async fn active_turn(&mut self) -> Result<Option<SessionEnd>, RelayError> {
+        if self.window.resend_due() {
+            if let Some(end) = self.resend_pending().await? {
+                return Ok(Some(end));
+            }
+        }
+        // While draining, the driver reads on only to finish the open
+        // transaction, so a restart does not repeat half of it.
+        let reading = self.may_read();
+        let wake_at = D::wake_at(self);
+        let far = Instant::now() + Duration::from_secs(86400 * 365);
+        let draining = self.drain_deadline.is_some();
+        let end = tokio::select! {
+            biased;
+            _ = stop_asked(&mut self.stop), if !draining => {
+                self.start_draining();
+                None
+            }
+            // Also while halted: a server shutting down waits for our
+            // confirmation, which a halted relay never sends.
+            news = self.table_watch.news() => match news {
+                WatchNews::Changed(reason) => {
+                    self.halt(Halt::TableChanged(reason));
+                    None
+                }
+                WatchNews::Lost(e) => return Err(SourceError::from(e).into()),
+            },
+            report = self.delivery.next_report() => match report {
+                Some(report) => self.on_reports(report).await?,
+                None => Some(Reconnect::producer_stopped()),
+            },
+            _ = tokio::time::sleep_until(self.drain_deadline.unwrap_or(far)), if draining => None,
+            // The driver confirmed something new, or the ledger may take
+            // what it confirmed: the mode offers it at the turn's end. An
+            // idle relay wakes for nothing else, so the ledger would lag
+            // the slot until the next keepalive.
+            _ = self.stream.status_updates.changed() => None,
+            _ = tokio::time::sleep_until(wake_at.unwrap_or(far)), if wake_at.is_some() => None,
+            // Not reading (a full window, a halt), only the driver's end.
+            streamed = self.stream.source.next(reading) => self.on_stream(streamed?).await?,
+        };
+        if end.is_some() {
+            return Ok(end);
+        }
+        D::end_turn(self).await
+    }
+
+    /// A report, and every one already waiting behind it: one wake-up per
+    /// burst of acks instead of one per ack.
+    async fn on_reports(
+        &mut self,
+        report: crate::sink::DeliveryReport,
+    ) -> Result<Option<SessionEnd>, RelayError> {
+        let mut next = Some(report);
+        while let Some(report) = next {
+            if let Some(end) = D::on_report(self, report).await? {
+                return Ok(Some(end));
+            }
+            next = self.delivery.try_report();
+        }
+        Ok(None)
+    }
+
+    /// What the driver read, and what else is waiting while there is room
+    /// for it.
+    async fn on_stream(&mut self, first: Streamed) -> Result<Option<SessionEnd>, RelayError> {
+        if let Some(end) = self.on_streamed(first).await? {
+            return Ok(Some(end));
+        }
+        for _ in 1..BATCH {
+            if !self.may_read() {
+                break;
+            }
+            let Some(streamed) = self.stream.source.try_recv() else {
+                break;
+            };
+            if let Some(end) = self.on_streamed(streamed).await? {
+                return Ok(Some(end));
+            }
+        }
+        // The walsender reached the head of the WAL (its keepalive between
+        // transactions, see `send_now`): no batch mate is near, so
+        // lingering would only add latency. An empty hand-over channel is
+        // no such sign: in a backlog the relay often empties it before the
+        // driver reads on, and sending then made small requests that kept
+        // the drain slow (docs/benchmarks.md, "The linger cut short at the
+        // head of the WAL").
+        if self.stream.idle {
+            self.delivery.send_now();
+        }
+        Ok(None)
+    }
+
+    /// One item from the driver, in WAL order.
+    async fn on_streamed(&mut self, streamed: Streamed) -> Result<Option<SessionEnd>, RelayError> {
+        match streamed {
+            Streamed::Item { item, received_at } => {
+                self.stream.received_at = received_at;
+                self.stream.idle = false;
+                self.on_item(item).await
+            }
+            // Halted: nothing after the poison event becomes a checkpoint.
+            Streamed::Idle(wal_end) => {
+                self.window.keepalive(wal_end);
+                self.stream.idle = true;
+                Ok(None)
+            }
+            Streamed::Drained => {
+                self.stream.drained = true;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Confirms what may be confirmed and tells the turn: the driver's
+    /// positions, for the slot record and the telemetry.
+    fn confirm(&mut self) -> Reported {
+        self.stream.source.confirm(self.confirmable());
+        let reported = self.stream.source.reported();
+        self.slot.confirmed(reported.confirmed);
+        self.tell_turn(reported);
+        reported
     }
 
     /// The window as it is now and the positions the driver `reported`:
     /// the in-flight gauges, the positions, and the health's view of
     /// progress.
-    fn tell_turn(&mut self, reported: crate::source::driver::Reported) {
+    fn tell_turn(&mut self, reported: Reported) {
         self.telemetry.emit(TelemetryEvent::Turn {
             in_flight: self.window.in_flight(),
             in_flight_bytes: self.window.in_flight_bytes(),
@@ -423,30 +422,14 @@ impl<'a, D: Delivery> Session<'a, D> {
     /// Whether to take more from the driver: the window has room and
     /// nothing waiting, and the stream is not drained.
     fn may_read(&self) -> bool {
-        self.window.may_read() && !self.drained
+        self.window.may_read() && !self.stream.drained
     }
 
     /// What the slot may be confirmed to: every event up to it is
-    /// acknowledged (exactly-once: committed, and in the ledger).
+    /// acknowledged, and the delivery mode allows it (exactly-once:
+    /// committed, and in the ledger).
     fn confirmable(&self) -> Lsn {
-        let acked = self.window.confirmable();
-        if D::TRANSACTIONAL {
-            acked.min(self.committed)
-        } else {
-            acked
-        }
-    }
-
-    /// When the ledger writer would take the position the driver last
-    /// confirmed, if it has not yet (exactly-once: when the open
-    /// transaction, or an idle ledger move, is due).
-    fn ledger_due(&self) -> Option<Instant> {
-        if D::TRANSACTIONAL {
-            return self.commit_due(Instant::now());
-        }
-        let writer = self.ledger_writer.as_ref()?;
-        let at = writer.due_at(self.source.reported().confirmed, std::time::Instant::now())?;
-        Some(Instant::from_std(at))
+        self.window.confirmable().min(self.delivery.ceiling())
     }
 
     /// A Commit handed to the window: the ledger entry at its end carries
@@ -456,34 +439,19 @@ impl<'a, D: Delivery> Session<'a, D> {
             writer.note_commit(commit);
         }
     }
+}
 
-    /// One item from the driver, in WAL order.
-    async fn on_streamed(&mut self, streamed: Streamed) -> Result<Option<SessionEnd>, RelayError> {
-        match streamed {
-            Streamed::Item { item, received_at } => {
-                self.received_at = received_at;
-                self.idle = false;
-                self.on_item(item).await
-            }
-            // Halted: nothing after the poison event becomes a checkpoint.
-            Streamed::Idle(wal_end) => {
-                self.window.keepalive(wal_end);
-                self.idle = true;
-                Ok(None)
-            }
-            Streamed::Drained => {
-                self.drained = true;
-                Ok(None)
-            }
-        }
-    }
+/// Resolves once a shutdown is asked for (or nobody can ask any more).
+/// Its output borrows nothing, so the handler may use the whole session.
+async fn stop_asked(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|v| *v).await;
 }
 
 impl<D> Drop for Session<'_, D> {
     /// The driver may have confirmed past filtered changes since the loop
     /// last counted them: count them before the session is gone.
     fn drop(&mut self) {
-        self.telemetry.filtered(self.source.reported());
+        self.telemetry.filtered(self.stream.source.reported());
     }
 }
 

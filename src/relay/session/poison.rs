@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::delivery::Delivery;
+use super::mode::DeliveryMode;
 use super::telemetry::TelemetryEvent;
 use super::verdicts::{EventIdentity, Refusal};
 use super::window::{Halt, InFlight};
@@ -90,7 +90,7 @@ impl Undeliverable {
     }
 }
 
-impl<'a, D: Delivery> Session<'a, D> {
+impl<'a, D: DeliveryMode> Session<'a, D> {
     /// Applies `on_error` to an event that cannot be delivered as it is:
     /// its copy on the dead-letter topic, for the caller to send in its
     /// place, or a halt before it (`None`). Sends nothing itself.
@@ -152,7 +152,7 @@ impl<'a, D: Delivery> Session<'a, D> {
                 event, identity, ..
             } => self
                 .window
-                .admit(event, copy, identity, true, self.received_at),
+                .admit(event, copy, identity, true, self.stream.received_at),
         }))
     }
 

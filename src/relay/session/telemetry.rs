@@ -6,7 +6,8 @@
 //! recorded.
 //!
 //! The handles of the per-event and per-turn metrics are looked up once per
-//! session: a registry lookup per event is measurable at 100k events/s.
+//! session: a registry lookup per event shows at a drain's rates
+//! (docs/benchmarks.md, "Metric handles looked up once per session").
 //! Nothing here is read back to decide anything.
 
 use std::collections::HashMap;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 
 use metrics::{Counter, Gauge, Histogram};
 
-use super::delivery::AbortOutcome;
+use super::exactly_once::AbortOutcome;
 use super::window::{Halt, InFlight};
 use crate::metrics::{self as m, Health};
 use crate::outbox::{KafkaRecord, OutboxEvent};
@@ -222,18 +223,7 @@ impl Telemetry {
                 events,
                 cause,
                 outcome,
-            } => {
-                match outcome {
-                    AbortOutcome::Aborted => {
-                        tracing::warn!(events, %cause, "Kafka transaction aborted: none of its records is visible to read_committed consumers; resuming from the position ledger")
-                    }
-                    AbortOutcome::Unconfirmed(error) => {
-                        tracing::warn!(events, %cause, abort_error = %error, "Kafka transaction aborted, but the brokers did not confirm the abort: it may still commit (a commit still unfinished within transaction.timeout.ms goes on in the background). The next producer with this transactional id ends it, and the next session reads the position ledger to its end to learn whether it did")
-                    }
-                }
-                // Counted either way: the relay gave it up.
-                metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => "aborted").increment(1);
-            }
+            } => aborted(events, cause, outcome),
             E::Fenced(error) => {
                 tracing::error!(%error, "fenced by another outboxd: this instance stops writing; nothing it had in flight becomes visible");
                 metrics::counter!(m::FENCED).increment(1);
@@ -289,6 +279,20 @@ impl Telemetry {
         self.health.acked(behind_us / 1000);
         self.health.kafka_up();
     }
+}
+
+/// A Kafka transaction given up, said the way its outcome warrants.
+fn aborted(events: usize, cause: &str, outcome: &AbortOutcome) {
+    match outcome {
+        AbortOutcome::Aborted => {
+            tracing::warn!(events, %cause, "Kafka transaction aborted: none of its records is visible to read_committed consumers; resuming from the position ledger")
+        }
+        AbortOutcome::Unconfirmed(error) => {
+            tracing::warn!(events, %cause, abort_error = %error, "Kafka transaction aborted, but the brokers did not confirm the abort: it may still commit (a commit still unfinished within transaction.timeout.ms goes on in the background). The next producer with this transactional id ends it, and the next session reads the position ledger to its end to learn whether it did")
+        }
+    }
+    // Counted either way: the relay gave it up.
+    metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => "aborted").increment(1);
 }
 
 fn event_id(record: &KafkaRecord) -> std::borrow::Cow<'_, str> {

@@ -1,20 +1,19 @@
-//! Exactly-once delivery (`relay.delivery = "exactly-once"`): one
-//! transactional producer whose transactions hold whole database
-//! transactions in commit order, plus the position ledger's entry for the
-//! last position each holds (see [`delivery`](super::delivery) for what the
-//! seam asks of it, and `commit` for when a transaction commits).
+//! The transactional producer of exactly-once delivery: its transactions
+//! hold whole database transactions in commit order, plus the position
+//! ledger's entry for the last position each holds. It withholds the
+//! reports of the open transaction and hands them over from
+//! [`Transactional::commit`] or [`Transactional::abort`] only.
 //!
 //! The `transactional.id` is the ledger key, `outboxd-<system
 //! identifier>/<database>/<slot>`, or `kafka.transactional_id`: the hot
 //! standby of a slot has the same one, so initialising it when it takes over
 //! fences the instance it replaces, and aborts what that one left open.
 
-use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::delivery::{producer, retire, AbortOutcome, Delivery, LedgerRecord};
+use super::super::mode::{producer, retire};
 use crate::outbox::KafkaRecord;
 use crate::progress::DeliveryId;
 use crate::relay::{RelayError, RelaySettings};
@@ -37,6 +36,25 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// channel after the call returned (librdkafka has served them by then; this
 /// only covers the hand-over).
 const REPORTS_WAIT: Duration = Duration::from_secs(10);
+
+/// How an abort ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::relay::session) enum AbortOutcome {
+    /// The brokers aborted it: nothing of it is visible.
+    Aborted,
+    /// The abort call failed (e.g. a commit that timed out goes on in
+    /// librdkafka and refuses it): the transaction may still commit. The
+    /// next producer with the transactional id ends it one way or the
+    /// other, and the next session's read of the ledger to its end finds
+    /// out which.
+    Unconfirmed(String),
+}
+/// The position ledger's record, for a transaction to hold.
+pub(in crate::relay::session) struct LedgerRecord {
+    pub(in crate::relay::session) topic: String,
+    pub(in crate::relay::session) key: String,
+    pub(in crate::relay::session) value: Vec<u8>,
+}
 
 pub(super) struct Transactional {
     sink: KafkaSink,
@@ -92,12 +110,13 @@ impl Transactional {
     }
 }
 
-impl Delivery for Transactional {
-    const TRANSACTIONAL: bool = true;
-
+impl Transactional {
     /// Makes the producer and initialises its transactions: only a session
     /// that holds the slot gets here, so a standby fences nobody.
-    async fn open(settings: &RelaySettings, ledger_key: &str) -> Result<Self, RelayError> {
+    pub(super) async fn open(
+        settings: &RelaySettings,
+        ledger_key: &str,
+    ) -> Result<Self, RelayError> {
         let kafka = &settings.config.kafka;
         let id = match &kafka.transactional_id {
             Some(id) => id.clone(),
@@ -119,7 +138,9 @@ impl Delivery for Transactional {
         })
     }
 
-    fn send(&mut self, id: DeliveryId, record: &KafkaRecord) -> Result<(), SendError> {
+    /// Sends one record inside the open transaction (beginning one if none
+    /// is open).
+    pub(super) fn send(&mut self, id: DeliveryId, record: &KafkaRecord) -> Result<(), SendError> {
         if let Err(e) = self.begin() {
             return Err(SendError::Rejected {
                 code: rdkafka::types::RDKafkaErrorCode::Fatal,
@@ -135,39 +156,16 @@ impl Delivery for Transactional {
         Ok(())
     }
 
-    /// The commit flushes; nothing lingers past it.
-    fn send_now(&self) {}
-
-    /// Reports come only from [`Delivery::commit`] and [`Delivery::abort`].
-    fn next_report(&mut self) -> impl Future<Output = Option<DeliveryReport>> + Send {
-        std::future::pending()
-    }
-
-    fn try_report(&mut self) -> Option<DeliveryReport> {
-        None
-    }
-
-    fn in_queue(&self) -> i32 {
-        self.open.as_ref().map_or(0, |o| o.records as i32)
-    }
-
-    fn purge_queued(&self) {
-        self.sink.purge_queued();
-    }
-
-    fn purge(&self) {
-        self.sink.purge();
-    }
-
-    fn retire(self) {
-        retire(self.sink);
-    }
-
-    fn open_transaction(&self) -> Option<(usize, Instant)> {
+    /// The open Kafka transaction's records and when it began; `None` when
+    /// none is open.
+    pub(super) fn open_transaction(&self) -> Option<(usize, Instant)> {
         self.open.as_ref().map(|o| (o.records, o.began))
     }
 
-    async fn commit(
+    /// Commits the open Kafka transaction (beginning one if none is open)
+    /// with `ledger`, the position ledger's record for what it holds, and
+    /// hands over the reports of its records, every one an ack.
+    pub(super) async fn commit(
         &mut self,
         ledger: LedgerRecord,
     ) -> Result<Vec<DeliveryReport>, TransactionError> {
@@ -204,7 +202,9 @@ impl Delivery for Transactional {
         Ok(self.collect(owed).await)
     }
 
-    async fn abort(&mut self) -> (Vec<DeliveryReport>, AbortOutcome) {
+    /// Aborts the open Kafka transaction: nothing of it becomes visible,
+    /// and the reports of its records come back, every one a failure.
+    pub(super) async fn abort(&mut self) -> (Vec<DeliveryReport>, AbortOutcome) {
         let Some(open) = self.open.take() else {
             return (Vec::new(), AbortOutcome::Aborted);
         };
@@ -237,14 +237,18 @@ impl Delivery for Transactional {
         (reports, outcome)
     }
 
-    async fn flush(&mut self) -> Result<(), TransactionError> {
+    /// Sends everything handed over and waits for its reports to be in
+    /// (they still wait for the commit): a record sent between two flushes
+    /// is alone in its produce request.
+    pub(super) async fn flush(&mut self) -> Result<(), TransactionError> {
         if self.open.is_none() {
             return Ok(());
         }
         self.control.flush(CALL_TIMEOUT).await
     }
 
-    fn fenced(&self) -> Option<TransactionError> {
+    /// Another producer with this one's transactional id fenced it.
+    pub(super) fn fenced(&self) -> Option<TransactionError> {
         self.sink.fenced().then(|| TransactionError::Fenced {
             transactional_id: self.control.transactional_id().to_owned(),
             message: self.sink.is_fatal().unwrap_or_default(),

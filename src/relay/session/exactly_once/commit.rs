@@ -1,5 +1,5 @@
-//! Exactly-once: when the session commits a Kafka transaction, and what a
-//! commit or an abort does to the window and the ledger.
+//! When the session commits a Kafka transaction, and what a commit or an
+//! abort does to the window and the ledger.
 //!
 //! A Kafka transaction holds what the window handed over since the last
 //! commit, in WAL order, and one position ledger entry for how far that is
@@ -13,7 +13,8 @@
 //! before it looks for more), so at the head of the WAL and never in the
 //! middle of a backlog written before. (An empty hand-over channel is no
 //! such sign: in a backlog the relay often outpaces the driver, and
-//! committing then cost 6 × the throughput.) An idle relay whose position
+//! committing then cut the drain to a fraction of its rate; docs/benchmarks.md,
+//! "When an exactly-once transaction commits".) An idle relay whose position
 //! moved past the ledger (WAL of other tables, keepalives) commits a
 //! transaction holding only the ledger entry, once per status interval, no
 //! further than the table watch vouches for (as the slot).
@@ -27,26 +28,40 @@
 
 use tokio::time::Instant;
 
-use super::delivery::{Delivery, LedgerRecord};
-use super::ledger;
-use super::telemetry::TelemetryEvent;
-use super::window::Position;
-use super::{Reconnect, ReconnectCause, Session, SessionEnd};
+use super::super::ledger;
+use super::super::mode::Step;
+use super::super::send::Trouble;
+use super::super::telemetry::TelemetryEvent;
+use super::super::window::Position;
+use super::super::{Reconnect, ReconnectCause, Session, SessionEnd};
+use super::producer::LedgerRecord;
+use super::ExactlyOnce;
 use crate::relay::RelayError;
-use crate::sink::{ledger_record, TransactionError};
+use crate::sink::{ledger_record, DeliveryReport, TransactionError};
 
-impl<D: Delivery> Session<'_, D> {
+/// What the reports of a committed transaction said.
+enum Committed {
+    /// Every record acknowledged.
+    Complete,
+    /// Fewer reports than records came back.
+    Incomplete,
+    /// A report was a failure, which a commit that succeeded rules out.
+    Contradicted(Trouble),
+}
+
+impl Session<'_, ExactlyOnce> {
     /// When the open Kafka transaction (or an idle ledger move) is due, if
     /// anything is to commit.
     pub(super) fn commit_due(&self, now: Instant) -> Option<Instant> {
-        if !D::TRANSACTIONAL || self.window.halted().is_some() || self.window.waiting() > 0 {
+        if self.window.halted().is_some() || self.window.waiting() > 0 {
             return None;
         }
         let relay = &self.settings.config.relay;
-        match self.delivery.open_transaction() {
+        match self.delivery.producer.open_transaction() {
             Some((events, began)) => {
-                let now_due =
-                    events >= relay.transaction_max_events || !self.window.may_read() || self.idle;
+                let now_due = events >= relay.transaction_max_events
+                    || !self.window.may_read()
+                    || self.stream.idle;
                 Some(if now_due {
                     now
                 } else {
@@ -58,10 +73,10 @@ impl<D: Delivery> Session<'_, D> {
                 if position.inside.is_some() {
                     return None;
                 }
-                if position.through <= self.committed {
+                if position.through <= self.delivery.committed {
                     // Held back by the table watch alone: ask again once it
                     // has looked (nothing else may wake an idle session).
-                    let held = self.window.position().through > self.committed;
+                    let held = self.window.position().through > self.delivery.committed;
                     return held.then(|| now + self.settings.config.postgres.status_interval);
                 }
                 let writer = self.ledger_writer.as_ref()?;
@@ -78,15 +93,15 @@ impl<D: Delivery> Session<'_, D> {
     /// by a backfill either way, but the halt names the ceiling).
     pub(super) fn ledger_position(&self) -> Position {
         let mut position = self.window.position();
-        if self.delivery.open_transaction().is_none() && position.inside.is_none() {
-            let vouched = self.table_watch.vouched().max(self.committed);
+        if self.delivery.producer.open_transaction().is_none() && position.inside.is_none() {
+            let vouched = self.table_watch.vouched().max(self.delivery.committed);
             position.through = position.through.min(vouched);
         }
         position
     }
 
     /// Commits now if due (see [`Session::commit_due`]).
-    pub(super) async fn commit_if_due(&mut self) -> Result<Option<SessionEnd>, RelayError> {
+    pub(super) async fn commit_if_due(&mut self) -> Step {
         let now = Instant::now();
         match self.commit_due(now) {
             Some(at) if at <= now => self.commit().await,
@@ -97,7 +112,7 @@ impl<D: Delivery> Session<'_, D> {
     /// Commits the open Kafka transaction with the ledger entry for the
     /// window's position, then books its reports: acks, now that they are
     /// visible. Without an open one, commits the entry alone.
-    pub(super) async fn commit(&mut self) -> Result<Option<SessionEnd>, RelayError> {
+    pub(super) async fn commit(&mut self) -> Step {
         if let Some(end) = self.fencing_checked().await? {
             return Ok(Some(end));
         }
@@ -118,33 +133,52 @@ impl<D: Delivery> Session<'_, D> {
             key,
             value,
         };
-        let events = self.delivery.open_transaction().map_or(0, |(n, _)| n);
+        let events = self
+            .delivery
+            .producer
+            .open_transaction()
+            .map_or(0, |(n, _)| n);
         let started = Instant::now();
-        match self.delivery.commit(record).await {
-            Ok(reports) => {
-                let complete = reports.len() == events;
-                for report in reports {
-                    // Acks only: a commit succeeds only when every record of
-                    // the transaction was delivered.
-                    let _ = self.book(report);
-                }
-                self.telemetry.emit(TelemetryEvent::TransactionCommitted {
-                    events,
-                    seconds: started.elapsed().as_secs_f64(),
-                    through: entry.confirmed_lsn,
-                });
-                self.committed = entry.confirmed_lsn;
-                self.ledger.committed(entry);
-                if !complete {
-                    // Committed, so the ledger has them: the next session
-                    // skips them rather than wait here for reports.
-                    return Ok(Some(self.give_up(
-                        "the reports of a committed Kafka transaction did not all come back",
-                    )));
-                }
-                Ok(None)
+        let reports = match self.delivery.producer.commit(record).await {
+            Ok(reports) => reports,
+            Err(e) => return self.transaction_failed(e).await,
+        };
+        let booked = self.book_committed(reports, events);
+        self.telemetry.emit(TelemetryEvent::TransactionCommitted {
+            events,
+            seconds: started.elapsed().as_secs_f64(),
+            through: entry.confirmed_lsn,
+        });
+        self.delivery.committed = entry.confirmed_lsn;
+        self.ledger.committed(entry);
+        // Committed, so the ledger has them: the next session skips them
+        // rather than wait here for reports.
+        match booked {
+            Committed::Complete => Ok(None),
+            Committed::Incomplete => Ok(Some(
+                self.give_up("the reports of a committed Kafka transaction did not all come back"),
+            )),
+            Committed::Contradicted(trouble) => Ok(Some(self.give_up(&format!(
+                "a committed Kafka transaction reported a failed record: {}",
+                trouble.cause()
+            )))),
+        }
+    }
+
+    /// Books the reports of a committed transaction of `events` records:
+    /// acks, now that they are visible.
+    fn book_committed(&mut self, reports: Vec<DeliveryReport>, events: usize) -> Committed {
+        let complete = reports.len() == events;
+        let mut contradiction = None;
+        for report in reports {
+            if let Some(trouble) = self.book(report) {
+                contradiction.get_or_insert(trouble);
             }
-            Err(e) => self.transaction_failed(e).await,
+        }
+        match (contradiction, complete) {
+            (Some(trouble), _) => Committed::Contradicted(trouble),
+            (None, true) => Committed::Complete,
+            (None, false) => Committed::Incomplete,
         }
     }
 
@@ -155,8 +189,8 @@ impl<D: Delivery> Session<'_, D> {
     /// session moved, the instance it fenced committed a last transaction
     /// after the gate's read: the open transaction is aborted (nothing of it
     /// becomes visible) and the session starts again from that entry.
-    async fn fencing_checked(&mut self) -> Result<Option<SessionEnd>, RelayError> {
-        let Some(check) = self.fencing_check.take() else {
+    async fn fencing_checked(&mut self) -> Step {
+        let Some(check) = self.delivery.fencing_check.take() else {
             return Ok(None);
         };
         let found = check.finish().await;
@@ -186,11 +220,8 @@ impl<D: Delivery> Session<'_, D> {
     /// A transaction call or a send failed: the relay stops when fenced,
     /// else the transaction is aborted and the session ends, to resume from
     /// the ledger.
-    pub(super) async fn transaction_failed(
-        &mut self,
-        error: TransactionError,
-    ) -> Result<Option<SessionEnd>, RelayError> {
-        let error = match (error, self.delivery.fenced()) {
+    pub(super) async fn transaction_failed(&mut self, error: TransactionError) -> Step {
+        let error = match (error, self.delivery.producer.fenced()) {
             (e @ TransactionError::Fenced { .. }, _) | (_, Some(e)) => {
                 self.telemetry.emit(TelemetryEvent::Fenced(&e.to_string()));
                 return Err(RelayError::Transaction(e));
@@ -205,12 +236,17 @@ impl<D: Delivery> Session<'_, D> {
     /// Aborts the open transaction. Its reports are booked as failures, so
     /// the verdicts on records the broker refused outlive the session.
     pub(super) async fn abort(&mut self, cause: &str) {
-        let Some((events, _)) = self.delivery.open_transaction() else {
+        let Some((events, _)) = self.delivery.producer.open_transaction() else {
             return;
         };
-        let (reports, outcome) = self.delivery.abort().await;
+        let (reports, outcome) = self.delivery.producer.abort().await;
         for report in reports {
-            let _ = self.book(report);
+            // Every one a failure: what it asks of the producer is moot, as
+            // an abort ends the session (or its drain) with the producer.
+            match self.book(report) {
+                None
+                | Some(Trouble::Refusal(_) | Trouble::ProducerEnded(_) | Trouble::Outage(_)) => {}
+            }
         }
         self.telemetry.emit(TelemetryEvent::TransactionAborted {
             events,

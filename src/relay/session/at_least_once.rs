@@ -1,0 +1,292 @@
+//! At-least-once delivery (the default): one idempotent producer with the
+//! gapless guarantee, whose acknowledgements are final. The slot follows
+//! the acknowledgements; the position ledger is offered what the driver
+//! confirmed after each turn and written by a task of its own.
+//!
+//! A record the broker refuses (too large for its topic, not authorised) is
+//! no Kafka outage, but it ends its producer: with the gapless guarantee
+//! librdkafka turns the refusal into a fatal error. So the session keeps its
+//! replication stream and takes back what that producer held
+//! ([`Session::take_back`]: acks stay acks, everything else waits in the
+//! window), opens a fresh producer at once (no backoff, no reconnect) and
+//! sends the taken-back records again in WAL order, each refused one alone,
+//! before anything newer (`Session::resend_pending`). Duplicates are
+//! bounded by the records in flight.
+
+use std::time::Duration;
+
+use rdkafka::types::RDKafkaErrorCode;
+use tokio::time::Instant;
+
+use super::ledger::{self, RelayLedger, Start};
+use super::mode::{producer, retire, DeliveryMode, Drain, Step};
+use super::send::Trouble;
+use super::telemetry::TelemetryEvent;
+use super::window::{ends_with_the_producer, InFlight, Window};
+use super::{Reconnect, Session};
+use crate::relay::{RelayError, RelaySettings};
+use crate::sink::{DeliveryReport, FailureKind, KafkaSink, SendError};
+use crate::Lsn;
+
+/// How long [`Session::take_back`] waits for the reports of the records
+/// still in flight, first with only the queue purged (their real outcome
+/// spares duplicates), then once more after purging them too.
+const TAKE_BACK_WAIT: Duration = Duration::from_secs(5);
+
+pub(super) struct AtLeastOnce {
+    sink: KafkaSink,
+}
+
+impl AtLeastOnce {
+    /// Delivery reports on the producer's channel, statistics to the health
+    /// endpoint when there is one.
+    fn open(settings: &RelaySettings) -> Result<Self, RelayError> {
+        let sink = producer(settings, None)?.0;
+        Ok(AtLeastOnce { sink })
+    }
+}
+
+/// Why a producer is being replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProducerEnd {
+    /// A report said the broker refused a record: that explains the end.
+    Refused,
+    /// The producer failed; a refusal may explain it once its reports are
+    /// in, or else Kafka is unreachable.
+    Unexplained,
+}
+
+/// What [`Session::take_back`] found among the last reports of a producer.
+#[derive(Default)]
+struct TakenBack {
+    /// The broker refused a record (so the producer's end is explained).
+    refused: bool,
+    /// A failure that does mean Kafka is unreachable, or reports that never
+    /// came: the session has to reconnect after all.
+    outage: Option<String>,
+}
+
+impl DeliveryMode for AtLeastOnce {
+    async fn start(
+        settings: &RelaySettings,
+        _ledger: &RelayLedger,
+        _start: &Start,
+        _start_lsn: Lsn,
+        _ledger_key: &str,
+    ) -> Result<Self, RelayError> {
+        Self::open(settings)
+    }
+
+    #[inline]
+    fn send(&mut self, entry: &mut InFlight) -> Result<(), SendError> {
+        self.sink.send_record(entry.id.get(), &entry.record)
+    }
+
+    fn send_now(&self) {
+        self.sink.send_now();
+    }
+
+    async fn next_report(&mut self) -> Option<DeliveryReport> {
+        self.sink.next_report().await
+    }
+
+    #[inline]
+    fn try_report(&mut self) -> Option<DeliveryReport> {
+        self.sink.try_report()
+    }
+
+    /// Acknowledgements are final: the window alone decides.
+    fn ceiling(&self) -> Lsn {
+        Lsn::MAX
+    }
+
+    /// When the ledger writer would take the position the driver last
+    /// confirmed, if it has not yet.
+    fn wake_at(s: &Session<'_, Self>) -> Option<Instant> {
+        let writer = s.ledger_writer.as_ref()?;
+        let confirmed = s.stream.source.reported().confirmed;
+        let at = writer.due_at(confirmed, std::time::Instant::now())?;
+        Some(Instant::from_std(at))
+    }
+
+    async fn on_report(s: &mut Session<'_, Self>, report: DeliveryReport) -> Step {
+        match s.book(report) {
+            None => Ok(None),
+            // Suspect it (alone it was the culprit), and go on with a
+            // fresh producer.
+            Some(Trouble::Refusal(cause)) => s.replace_producer(ProducerEnd::Refused, &cause).await,
+            Some(Trouble::ProducerEnded(cause)) => {
+                s.replace_producer(ProducerEnd::Unexplained, &cause).await
+            }
+            Some(Trouble::Outage(cause)) => Ok(Some(s.give_up(&cause))),
+        }
+    }
+
+    /// Waits for Kafka to acknowledge something, for as long as a hung
+    /// broker takes, in the middle of a batch whose turn is not told yet:
+    /// so the window is told as it is, not as the last turn left it (CI
+    /// saw 93 in flight where the queue held 100).
+    async fn make_room(s: &mut Session<'_, Self>) -> Step {
+        let reported = s.stream.source.reported();
+        s.tell_turn(reported);
+        let Some(report) = s.delivery.sink.next_report().await else {
+            return Ok(Some(Reconnect::producer_stopped()));
+        };
+        Self::on_report(s, report).await
+    }
+
+    /// Waits until nothing else is in flight, sends the suspect, and waits
+    /// for its report before going on. Acked, it is acquitted (it was a
+    /// batch-mate of the real culprit); refused alone, it is poison for
+    /// certain.
+    async fn trial(s: &mut Session<'_, Self>, mut entry: InFlight) -> Step {
+        if let Some(end) = s.drain_reports(|w| w.with_producer() == 0).await? {
+            return Ok(Some(end));
+        }
+        Window::isolate(&mut entry);
+        let id = entry.id;
+        if let Some(end) = s.deliver(entry).await? {
+            return Ok(Some(end));
+        }
+        s.drain_reports(|w| !w.is_with_producer(id)).await
+    }
+
+    async fn refused(
+        s: &mut Session<'_, Self>,
+        entry: InFlight,
+        code: RDKafkaErrorCode,
+        kind: FailureKind,
+        message: String,
+    ) -> Step {
+        if ends_with_the_producer(code) {
+            // The producer died, most likely of a refusal whose report is
+            // still on its way: take back what it held.
+            s.window.hold(entry);
+            return s.replace_producer(ProducerEnd::Unexplained, &message).await;
+        }
+        let error = SendError::Rejected {
+            code,
+            kind,
+            message,
+        };
+        let cause = format!("delivery failed: {error}");
+        s.telemetry.emit(TelemetryEvent::KafkaDown(&cause));
+        Ok(Some(Reconnect::delivery(&error)))
+    }
+
+    async fn end_turn(s: &mut Session<'_, Self>) -> Step {
+        let reported = s.confirm();
+        // What the driver confirmed, which the tracker called confirmable:
+        // the ledger never leads the acknowledgements.
+        if let Some(writer) = s.ledger_writer.as_mut() {
+            let now = std::time::Instant::now();
+            if let Some(entry) = writer.offer(reported.confirmed, now, ledger::now_us()) {
+                s.ledger.submit(entry);
+            }
+        }
+        Ok(None)
+    }
+
+    async fn drain(s: &mut Session<'_, Self>) -> Result<Drain, RelayError> {
+        if s.window.halted().is_none() {
+            let done = s.stream.drained && s.window.in_flight() == 0;
+            return Ok(if done { Drain::Done } else { Drain::Going });
+        }
+        // Halted: nothing after the poison event is read, so its
+        // transaction never finishes, and the poison event holds its
+        // tracker slot for good. Only what the producer still holds can be
+        // acked: once its reports are all on the channel, take them and
+        // stop.
+        if s.delivery.sink.in_queue() > 0 {
+            return Ok(Drain::Going);
+        }
+        while let Some(report) = s.delivery.sink.try_report() {
+            if let Some(end) = Self::on_report(s, report).await? {
+                return Ok(Drain::End(end));
+            }
+        }
+        Ok(Drain::Done)
+    }
+
+    /// The ledger's last entry, for the position the stream finished at.
+    async fn finish(s: &mut Session<'_, Self>, confirmed: Lsn) {
+        let entry = s.ledger_writer.as_mut();
+        if let Some(entry) = entry.and_then(|w| w.flush(confirmed, ledger::now_us())) {
+            s.ledger.flush(entry).await;
+        }
+    }
+}
+
+impl Session<'_, AtLeastOnce> {
+    /// Handles delivery reports until `done` holds (or the session must end).
+    async fn drain_reports(&mut self, done: impl Fn(&Window<'_>) -> bool) -> Step {
+        while !done(&self.window) && self.window.halted().is_none() {
+            let Some(report) = self.delivery.sink.next_report().await else {
+                return Ok(Some(Reconnect::producer_stopped()));
+            };
+            if let Some(end) = AtLeastOnce::on_report(self, report).await? {
+                return Ok(Some(end));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Takes back what the producer held and replaces it, keeping the
+    /// stream. Falls back to a reconnect when Kafka turns out to be
+    /// unreachable too, or when a fatal error is not explained by a refusal
+    /// (`cause`).
+    async fn replace_producer(&mut self, why: ProducerEnd, cause: &str) -> Step {
+        let found = self.take_back().await;
+        if let Some(outage) = found.outage {
+            return Ok(Some(self.give_up(&outage)));
+        }
+        if why == ProducerEnd::Unexplained && !found.refused {
+            return Ok(Some(self.give_up(cause)));
+        }
+        let fresh = AtLeastOnce::open(self.settings)?;
+        retire(std::mem::replace(&mut self.delivery, fresh).sink);
+        self.telemetry.emit(TelemetryEvent::ProducerReplaced {
+            waiting: self.window.waiting(),
+        });
+        Ok(None)
+    }
+
+    /// Collects the reports of everything the producer holds: the window
+    /// judges each as it does any report; what never reports waits to be
+    /// sent again.
+    async fn take_back(&mut self) -> TakenBack {
+        let mut found = TakenBack::default();
+        for purge_in_flight in [false, true] {
+            if self.window.with_producer() == 0 {
+                break;
+            }
+            if purge_in_flight {
+                self.delivery.sink.purge();
+            } else {
+                self.delivery.sink.purge_queued();
+            }
+            let deadline = Instant::now() + TAKE_BACK_WAIT;
+            while self.window.with_producer() > 0 {
+                let next = tokio::time::timeout_at(deadline, self.delivery.sink.next_report());
+                let Ok(Some(report)) = next.await else {
+                    break;
+                };
+                match self.book(report) {
+                    Some(Trouble::Refusal(_)) => found.refused = true,
+                    Some(Trouble::Outage(cause)) => {
+                        found.outage.get_or_insert(cause);
+                    }
+                    Some(Trouble::ProducerEnded(_)) | None => {}
+                }
+            }
+        }
+        if self.window.with_producer() > 0 {
+            found.outage.get_or_insert(format!(
+                "no delivery report for {} record(s) from the producer being replaced",
+                self.window.with_producer()
+            ));
+            self.window.take_back_unreported();
+        }
+        found
+    }
+}

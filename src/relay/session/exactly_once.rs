@@ -1,0 +1,169 @@
+//! Exactly-once delivery (`relay.delivery = "exactly-once"`): the
+//! session's records go out in Kafka transactions ([`producer`]), each with
+//! the position ledger's entry for how far it reaches, and the slot is
+//! never confirmed past the last committed entry ([`commit`]: when a
+//! transaction commits, and what a commit or an abort does to the window
+//! and the ledger).
+//!
+//! The `transactional.id` is the ledger key, `outboxd-<system
+//! identifier>/<database>/<slot>`, or `kafka.transactional_id`: the hot
+//! standby of a slot has the same one, so initialising it when it takes over
+//! fences the instance it replaces, and aborts what that one left open.
+
+mod commit;
+mod producer;
+
+use rdkafka::types::RDKafkaErrorCode;
+use tokio::time::Instant;
+
+use super::ledger::{FencingCheck, RelayLedger, Start};
+use super::mode::{DeliveryMode, Drain, Step};
+use super::window::{InFlight, Window};
+use super::Session;
+use crate::relay::{RelayError, RelaySettings};
+use crate::sink::{DeliveryReport, FailureKind, SendError, TransactionError};
+use crate::Lsn;
+pub(super) use producer::AbortOutcome;
+use producer::Transactional;
+
+pub(super) struct ExactlyOnce {
+    producer: Transactional,
+    /// The position of the last committed ledger entry, which the slot is
+    /// never confirmed past.
+    committed: Lsn,
+    /// The ledger read after this session's producer fenced the last one,
+    /// under way until the first commit waits for it.
+    fencing_check: Option<FencingCheck>,
+}
+
+impl DeliveryMode for ExactlyOnce {
+    /// Makes the producer and initialises its transactions (only a session
+    /// that holds the slot gets here, so a standby fences nobody), then
+    /// reads the ledger to its end, now that nobody else can write to it.
+    async fn start(
+        settings: &RelaySettings,
+        ledger: &RelayLedger,
+        start: &Start,
+        start_lsn: Lsn,
+        ledger_key: &str,
+    ) -> Result<Self, RelayError> {
+        let producer = Transactional::open(settings, ledger_key).await?;
+        Ok(ExactlyOnce {
+            producer,
+            // The ledger has everything up to its position in Kafka.
+            committed: start.skip_through.map_or(start_lsn, |t| t.max(start_lsn)),
+            fencing_check: ledger.check_after_fencing(start),
+        })
+    }
+
+    /// Once the producer has a record, the window entry keeps only what the
+    /// ack reports: an abort resumes from the ledger, never from memory.
+    fn send(&mut self, entry: &mut InFlight) -> Result<(), SendError> {
+        self.producer.send(entry.id, &entry.record)?;
+        entry.lighten();
+        Ok(())
+    }
+
+    /// The commit flushes; nothing lingers past it.
+    fn send_now(&self) {}
+
+    /// Reports come only with a commit or an abort.
+    async fn next_report(&mut self) -> Option<DeliveryReport> {
+        std::future::pending().await
+    }
+
+    fn try_report(&mut self) -> Option<DeliveryReport> {
+        None
+    }
+
+    fn ceiling(&self) -> Lsn {
+        self.committed
+    }
+
+    /// When the open Kafka transaction, or an idle ledger move, is due.
+    fn wake_at(s: &Session<'_, Self>) -> Option<Instant> {
+        s.commit_due(Instant::now())
+    }
+
+    /// Never called: reports come with commits and aborts, booked there.
+    async fn on_report(s: &mut Session<'_, Self>, report: DeliveryReport) -> Step {
+        match s.book(report) {
+            None => Ok(None),
+            Some(trouble) => Ok(Some(s.give_up(trouble.cause()))),
+        }
+    }
+
+    /// Room comes with the commit of what the queue holds.
+    async fn make_room(s: &mut Session<'_, Self>) -> Step {
+        s.commit().await
+    }
+
+    /// Alone inside the open Kafka transaction, flushed before and after,
+    /// so that no batch-mate shares its produce request; its verdict comes
+    /// with the commit or the abort. Committing what is open before it
+    /// instead would split its database transaction: its first events
+    /// visible without the rest and without its dead-letter copy.
+    async fn trial(s: &mut Session<'_, Self>, mut entry: InFlight) -> Step {
+        if let Err(e) = s.delivery.producer.flush().await {
+            return s.transaction_failed(e).await;
+        }
+        Window::isolate(&mut entry);
+        if let Some(end) = s.deliver(entry).await? {
+            return Ok(Some(end));
+        }
+        match s.delivery.producer.flush().await {
+            Ok(()) => Ok(None),
+            Err(e) => s.transaction_failed(e).await,
+        }
+    }
+
+    /// The transaction cannot commit now: abort it, resume from the ledger
+    /// (or stop, when fenced).
+    async fn refused(
+        s: &mut Session<'_, Self>,
+        entry: InFlight,
+        code: RDKafkaErrorCode,
+        _kind: FailureKind,
+        message: String,
+    ) -> Step {
+        s.window.hold(entry);
+        let error = TransactionError::Abortable { code, message };
+        s.transaction_failed(error).await
+    }
+
+    /// Commits when due, then confirms (up to the last committed entry:
+    /// the ledger entries go with the commits).
+    async fn end_turn(s: &mut Session<'_, Self>) -> Step {
+        if s.window.halted().is_some() {
+            // Nothing of the halted transaction becomes visible.
+            s.abort("the relay halted").await;
+        }
+        if let Some(end) = s.commit_if_due().await? {
+            return Ok(Some(end));
+        }
+        s.confirm();
+        Ok(None)
+    }
+
+    async fn drain(s: &mut Session<'_, Self>) -> Result<Drain, RelayError> {
+        if s.window.halted().is_some() {
+            // Halted: the open transaction never commits.
+            s.abort("the relay is halted and stopping").await;
+            return Ok(Drain::Done);
+        }
+        // What was read until the stream drained is acked by its commit.
+        if s.stream.drained {
+            let moved = s.ledger_position().through > s.delivery.committed;
+            if s.delivery.producer.open_transaction().is_some() || moved {
+                if let Some(end) = s.commit().await? {
+                    return Ok(Drain::End(end));
+                }
+            }
+        }
+        let done = s.stream.drained && s.window.in_flight() == 0;
+        Ok(if done { Drain::Done } else { Drain::Going })
+    }
+
+    /// The last entry went with the last commit.
+    async fn finish(_s: &mut Session<'_, Self>, _confirmed: Lsn) {}
+}
