@@ -26,7 +26,7 @@ fn the_bench_runs_both_delivery_modes_through_its_drains_and_its_latency_phase()
     // The smallest run that still has every step: 2,000 events per drain,
     // one round per shape, 3 s latency passes of one shape (each relay's
     // warm-up pass and its measured pass: two slots in turn). A =
-    // at-least-once, B = exactly-once, as in docs/benchmarks.md's
+    // at-least-once, B = exactly-once, as in docs/benchmarks-journal.md's
     // both-mode runs.
     let run = Command::new(root.join("scripts/bench.sh"))
         .args(["--baseline", "HEAD", "2000"])
