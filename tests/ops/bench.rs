@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::harness::outboxd::bin;
-use crate::relay::support::last_lines;
+use crate::harness::wait::last_lines;
 
 #[test]
 fn the_bench_runs_both_delivery_modes_through_its_drains_and_its_latency_phase() {
