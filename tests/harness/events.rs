@@ -357,8 +357,7 @@ pub fn verify_reading(
                 "\n{topic}: (partition, log start, high watermark) {:?}",
                 broker.watermarks(topic)
             ));
-            let mut per_partition: std::collections::BTreeMap<i32, (usize, i64, i64)> =
-                Default::default();
+            let mut per_partition: BTreeMap<i32, (usize, i64, i64)> = Default::default();
             for r in &records {
                 let e = per_partition
                     .entry(r.partition)

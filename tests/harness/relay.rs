@@ -278,24 +278,18 @@ pub fn slot_active(pg: &PgCluster, slot: &str) -> bool {
 pub fn kill_postmaster(pg: &PgCluster) {
     let pid = std::fs::read_to_string(pg.data_dir().join("postmaster.pid")).unwrap();
     let pid = pid.lines().next().unwrap().trim().to_owned();
-    let children = std::process::Command::new("pgrep")
-        .args(["-P", &pid])
-        .output()
-        .unwrap();
+    let children = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
     let children: Vec<String> = String::from_utf8_lossy(&children.stdout)
         .split_whitespace()
         .map(str::to_owned)
         .collect();
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &pid])
-        .status()
-        .unwrap();
+    let killed = Command::new("kill").args(["-9", &pid]).status().unwrap();
     assert!(killed.success(), "kill -9 {pid}");
     wait_for("the backends to exit", Duration::from_secs(30), || {
         std::iter::once(&pid).chain(&children).all(|p| {
-            !std::process::Command::new("kill")
+            !Command::new("kill")
                 .args(["-0", p])
-                .stderr(std::process::Stdio::null())
+                .stderr(Stdio::null())
                 .status()
                 .unwrap()
                 .success()
