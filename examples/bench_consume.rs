@@ -229,7 +229,7 @@ fn create_topics(brokers: &str, topics: &[String], partitions: i32) {
         .set("bootstrap.servers", brokers)
         .create()
         .expect("admin client");
-    let new: Vec<NewTopic> = topics
+    let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
         .collect();

@@ -345,10 +345,10 @@ fn main() -> ExitCode {
     }
     // One thread for every task: the replication driver hands each WAL item
     // to the relay, and on one thread that hand-over is a queue push, not a
-    // wake-up of another core (1.44 x the 1-row drain rate, see
-    // docs/benchmarks.md; librdkafka has threads of its own). Nothing may
-    // block this thread: the walsender's keepalives are answered on it too,
-    // so blocking calls go to `spawn_blocking`.
+    // wake-up of another core, which drains much faster
+    // (docs/benchmarks.md, "One runtime thread"; librdkafka has threads of
+    // its own). Nothing may block this thread: the walsender's keepalives
+    // are answered on it too, so blocking calls go to `spawn_blocking`.
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -156,7 +156,8 @@ ab_put_host() { # run host0
 # also initialises a probe transactional id, and on a new cluster that
 # creates Kafka's transaction state log, a one-off that otherwise fell on
 # the first exactly-once drain (COORDINATOR_NOT_AVAILABLE, then librdkafka's
-# 500 ms retry: 0.5-1 s of a 3-4 s drain).
+# retry: a large share of a short drain; docs/benchmarks.md, "Exactly-once
+# start-up").
 ab_check() { # db
   local who binary
   for who in base head; do

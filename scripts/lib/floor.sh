@@ -74,9 +74,9 @@ floor_phase() { # rate
   put "lat.shapes" "${floor_shapes// /,}"
   # One unmeasured pass of each relay first: the first system measured on
   # a fresh broker otherwise pays for its JIT (and, exactly-once, for the
-  # transaction coordinator's first transactions): in one run exactly-once's
-  # 1-row p99, measured first, was 1,438 ms and its 10-row p99 a minute
-  # later 73 ms. The order then alternates shape by shape.
+  # transaction coordinator's first transactions), which swamps its p99
+  # (docs/benchmarks.md, "How to read a run"). The order then alternates
+  # shape by shape.
   local warm_txn=${floor_shapes%% *} order="head base" who
   for who in head base; do
     floor_relay_pass "$who" "$db" "$warm_txn" "$((rate * floor_warmup_s))" "$rate" lat-warm-$who-$warm_txn

@@ -247,7 +247,7 @@ struct PropertyVisitor;
 impl<'de> Visitor<'de> for PropertyVisitor {
     type Value = PropertyTree;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a librdkafka property value: a string, integer or boolean")
     }
 

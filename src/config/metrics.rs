@@ -69,7 +69,7 @@ struct ListenVisitor;
 impl Visitor<'_> for ListenVisitor {
     type Value = SocketAddr;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an \"ip:port\" string such as \"0.0.0.0:9187\"")
     }
 

@@ -197,7 +197,7 @@ impl<'de> Deserialize<'de> for TableRef {
         impl<'de> Visitor<'de> for TableVisitor {
             type Value = TableRef;
 
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("\"schema.table\" or { schema = \"...\", name = \"...\" }")
             }
 

@@ -218,7 +218,7 @@ impl<'de> Deserialize<'de> for OutboxSection {
         impl<'de> Visitor<'de> for SectionVisitor {
             type Value = OutboxSection;
 
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("an [outbox] table or [[outbox]] entries")
             }
 

@@ -10,11 +10,10 @@ use crate::config::units::{de_duration, de_size};
 
 /// Events read but not yet acknowledged by Kafka. Each costs about 1.6 KiB
 /// while in flight (the decoded row, the record, librdkafka's copy), and a
-/// broker outage fills the window. Through a drain of 200,000 events in
-/// 100-row transactions (`scripts/profile.sh`, three rounds each) 2048 peaked
-/// at 23-24 MiB RSS and 4096 at 29-33 MiB (38 MiB with 10,000), at the same
-/// throughput: at 60,000 events/s and 10 ms to an ack about 600 are in
-/// flight. It also bounds what is replayed after a crash.
+/// broker outage fills the window. A larger window drains no faster (far
+/// fewer are in flight during a drain than this) but peaks higher in
+/// memory (docs/benchmarks.md, "The in-flight window's default"). It also
+/// bounds what is replayed after a crash.
 pub(crate) const DEFAULT_MAX_IN_FLIGHT_EVENTS: usize = 2048;
 /// Bytes of payload in flight. 64 MiB caps memory when payloads are large,
 /// fitting comfortably in a 256 MiB container, whichever limit is hit first.
@@ -51,12 +50,9 @@ pub(crate) const DEFAULT_STANDBY_POLL_INTERVAL: Duration = Duration::from_secs(1
 /// has it (an abort resumes from the ledger, never from memory). Each
 /// commit waits for its transaction's last record, so fewer, larger ones
 /// drain faster, but the producer keeps a copy of every record until the
-/// commit. 3072 keeps a drain's peak RSS within the 32 MiB target: against
-/// 4096 in one run (docs/benchmarks.md, 2026-12-03, afternoon; 200,000
-/// events, 5 rounds of each shape), 100-row drains at 0.92 x and 1-row ones
-/// at 1.03 x, peak RSS 30.0-32.0 MiB against 31.1-33.2. (4096 drained
-/// 100-row backlogs at 1.03 x at-least-once in another run; 8192 at 1.14 x
-/// with 34.6 MiB in an earlier one.)
+/// commit. 3072 is the largest that kept a drain's peak RSS within the
+/// 32 MiB target, at a small cost in 100-row drains against 4096
+/// (docs/benchmarks.md, "Exactly-once's transaction size").
 pub(crate) const DEFAULT_TRANSACTION_MAX_EVENTS: usize = 3072;
 /// Longest a Kafka transaction stays open (exactly-once) while the stream
 /// is busy: a `read_committed` consumer sees nothing of it until it commits,

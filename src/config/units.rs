@@ -96,7 +96,7 @@ struct DurationVisitor;
 impl Visitor<'_> for DurationVisitor {
     type Value = Duration;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(DURATION_HINT)
     }
 
@@ -128,7 +128,7 @@ struct SizeVisitor;
 impl Visitor<'_> for SizeVisitor {
     type Value = u64;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(SIZE_HINT)
     }
 

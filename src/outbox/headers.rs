@@ -155,7 +155,7 @@ struct HeaderVisitor<'a> {
 impl<'de> Visitor<'de> for HeaderVisitor<'_> {
     type Value = ();
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
     }
 

@@ -52,7 +52,7 @@ impl<'de> Deserialize<'de> for JsonStr<'de> {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = JsonStr<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a string")
             }
             fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {

@@ -191,11 +191,11 @@ impl TransactionControl {
     /// `topic` (one that exists) is asked about first, twice: a producer
     /// just made has no connection to a broker the cluster named, and
     /// librdkafka, finding none for its coordinator lookup, tries again only
-    /// on a 500 ms timer. That wait was half of some exactly-once starts.
+    /// on a 500 ms timer, a wait that was half of some exactly-once starts.
     /// The first answer may come from the bootstrap connection, which the
-    /// lookup does not use once the cluster's brokers are known (it came
-    /// back before the broker's own connection in 1 start of 10, and init
-    /// then took 0.5 s); the second one comes from a named broker.
+    /// lookup does not use once the cluster's brokers are known; the second
+    /// one comes from a named broker (docs/benchmarks.md, "Exactly-once
+    /// start-up").
     pub async fn init(&self, topic: &str, timeout: Duration) -> Result<(), TransactionError> {
         let topic = topic.to_owned();
         self.blocking(move |p| {
@@ -346,9 +346,11 @@ pub(super) fn abort_now(
 /// first flushes in a loop that polls the producer's queue for up to 100 ms
 /// at a time on this thread, while librdkafka's polling thread takes the
 /// events it waits for: a commit took tens of milliseconds more than its
-/// round trips, and the 1-row drain ran at 0.45 x at-least-once. librdkafka
-/// flushes by itself before committing and, with delivery reports as events
-/// (as rdkafka configures them), waits on its message count without polling.
+/// round trips, and exactly-once drained at less than half at-least-once's
+/// rate (docs/benchmarks.md, "Exactly-once's commit called directly").
+/// librdkafka flushes by itself before committing and, with delivery
+/// reports as events (as rdkafka configures them), waits on its message
+/// count without polling.
 pub(super) fn commit_now(
     producer: &ThreadedProducer<DeliveryContext>,
     timeout: Duration,

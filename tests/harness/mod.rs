@@ -1,10 +1,14 @@
-//! Real servers for the tests: private PostgreSQL clusters and a Kafka broker.
+//! Real servers for the tests: private PostgreSQL clusters and a Kafka
+//! broker; `outboxd run` against them, events written and read back.
 
+pub mod events;
 pub mod http;
 pub mod kafka;
 pub mod outboxd;
 pub mod pg;
 pub mod proxy;
 pub mod python;
+pub mod relay;
 pub mod standby;
+pub mod wait;
 pub mod watchdog;

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::harness::outboxd::bin;
-use crate::relay::support::last_lines;
+use crate::harness::wait::last_lines;
 
 #[test]
 fn the_bench_runs_both_delivery_modes_through_its_drains_and_its_latency_phase() {
@@ -26,7 +26,7 @@ fn the_bench_runs_both_delivery_modes_through_its_drains_and_its_latency_phase()
     // The smallest run that still has every step: 2,000 events per drain,
     // one round per shape, 3 s latency passes of one shape (each relay's
     // warm-up pass and its measured pass: two slots in turn). A =
-    // at-least-once, B = exactly-once, as in docs/benchmarks.md's
+    // at-least-once, B = exactly-once, as in docs/benchmarks-journal.md's
     // both-mode runs.
     let run = Command::new(root.join("scripts/bench.sh"))
         .args(["--baseline", "HEAD", "2000"])

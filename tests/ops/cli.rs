@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use crate::harness::kafka::shared;
 use crate::harness::outboxd::{bin, tail};
 use crate::harness::pg::{Auth, PgCluster, PgOptions};
-use crate::relay::support::{self, confirmed_lsn, lsn_now, wait_for, Relay};
+use crate::harness::relay::{self, confirmed_lsn, lsn_now, Relay};
+use crate::harness::wait::wait_for;
 
 /// What one subcommand printed, and how it exited.
 struct Output {
@@ -164,7 +165,7 @@ fn bad_configuration_exits_2_and_a_failure_after_it_exits_1() {
 #[test]
 fn halted_relay_exits_at_once_on_sigterm() {
     let broker = shared();
-    let e = support::env(
+    let e = relay::env(
         broker.bootstrap(),
         "haltterm",
         "[relay]\nshutdown_timeout = \"30s\"\n",
@@ -248,7 +249,7 @@ fn gssapi_without_the_feature_is_refused_naming_it() {
 #[test]
 fn run_relays_what_tail_printed() {
     let broker = shared();
-    let e = support::env(broker.bootstrap(), "tailthenrun", "");
+    let e = relay::env(broker.bootstrap(), "tailthenrun", "");
     e.pg.psql(
         "app",
         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::harness::kafka::shared;
 use crate::harness::pg::PgOptions;
+use crate::harness::relay::{env as relay_env, Relay};
 use crate::ops::check::support::{check_with, env, SLOT};
-use crate::relay::support::{env as relay_env, Relay};
 
 /// The `config` line's listing, key -> (value, origin).
 fn listing(detail: &str) -> Vec<(String, String)> {

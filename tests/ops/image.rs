@@ -23,7 +23,8 @@ use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::shared;
 use crate::harness::outboxd::bin;
 use crate::harness::pg::{Auth, PgCluster, PgOptions};
-use crate::relay::support::{confirmed_lsn, lsn_now, wait_for};
+use crate::harness::relay::{confirmed_lsn, lsn_now};
+use crate::harness::wait::wait_for;
 
 const PASSWORD: &str = "image pw 'q'";
 

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::harness::events::{aggregates, payload_texts, verify, write};
 use crate::harness::kafka::shared;
-use crate::relay::support::{aggregates, env, payload_texts, verify, write, Relay};
+use crate::harness::relay::{env, Relay};
+use crate::harness::wait::wait_for;
 
 const EVENTS: usize = 1_000;
 
@@ -116,7 +118,7 @@ fn librdkafka_errors_are_logged_once_and_structured() {
         "[log]\nformat = \"json\"\n",
     );
     let relay = Relay::start_with_env(&e, &[("OUTBOXD_LOG", "info")]);
-    crate::relay::support::wait_for(
+    wait_for(
         "librdkafka to report the refused connection",
         Duration::from_secs(30),
         || relay.log().contains("Connection refused"),

@@ -7,12 +7,11 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use crate::harness::events::{aggregates, payload_texts, verify, write};
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::{shared, KafkaBroker};
-use crate::relay::support::{
-    aggregates, env, last_lines, lsn_now, payload_texts, verify, wait_for, wait_for_or, write,
-    Relay,
-};
+use crate::harness::relay::{env, lsn_now, Relay};
+use crate::harness::wait::{last_lines, wait_for, wait_for_or};
 
 const MIB: f64 = 1024.0 * 1024.0;
 

@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::harness::outboxd::bin;
-use crate::relay::support::last_lines;
+use crate::harness::wait::last_lines;
 
 /// Hides the files of libcurl's development package in a private mount
 /// namespace, shows that curl.h is gone, then runs the command given.

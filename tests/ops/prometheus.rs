@@ -38,7 +38,8 @@ use self::names::{declared_names, exported_names, metric_names};
 use self::server::Prometheus;
 use crate::harness::kafka::shared;
 use crate::harness::pg::{pg_install, Auth, PgCluster, PgOptions, SUPERUSER, SUPERUSER_PASSWORD};
-use crate::relay::support::{last_lines, wait_for, Env, Relay};
+use crate::harness::relay::{Env, Relay};
+use crate::harness::wait::{last_lines, wait_for};
 
 /// The alerts `docker/prometheus/alerts.yml` must define.
 const ALERTS: [&str; 11] = [

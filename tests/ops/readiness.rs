@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::http::{free_port, get};
 use crate::harness::kafka::shared;
-use crate::relay::support::{env, Relay};
+use crate::harness::relay::{env, Relay};
 
 #[test]
 fn readyz_answers_200_within_two_seconds_of_the_stream_opening() {

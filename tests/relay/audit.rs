@@ -14,9 +14,11 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use serde_json::Value;
 
-use super::support::{aggregates, env, payload_texts, verify, write, Env, Relay, Sent};
+use crate::harness::events::{aggregates, payload_texts, verify, write, Sent};
 use crate::harness::kafka::{shared, KafkaBroker};
 use crate::harness::outboxd::bin;
+use crate::harness::relay::{env, Env, Relay};
+use crate::harness::wait::wait_for;
 
 struct Run {
     code: Option<i32>,
@@ -183,7 +185,7 @@ async fn a_complete_range_exits_0_and_an_empty_or_deleted_range_says_so() {
          FROM generate_series(1, 20) AS i",
     );
     tokio::task::block_in_place(|| {
-        super::support::wait_for("the deleted rows' records", Duration::from_secs(60), || {
+        wait_for("the deleted rows' records", Duration::from_secs(60), || {
             broker.record_count("audok.order")
                 >= sent.iter().filter(|s| s.kind == "order").count() + 20
         })

@@ -9,9 +9,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use super::support::{env, wait_for, Env, Relay};
 use crate::harness::kafka::{shared, KafkaBroker, Record};
 use crate::harness::outboxd::bin;
+use crate::harness::relay::{env, Env, Relay};
+use crate::harness::wait::wait_for;
 
 const HEADER: &str = "outboxd.backfill";
 const SINCE: &str = "2026-12-01T10:00:00Z";

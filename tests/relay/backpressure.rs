@@ -7,12 +7,12 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::support::{
-    aggregates, confirmed_lsn, env, lsn_now, payload_texts, verify, wait_for, Env, Relay, Sent,
-};
+use crate::harness::events::{self, aggregates, payload_texts, verify, Sent};
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::KafkaBroker;
 use crate::harness::pg::PgCluster;
+use crate::harness::relay::{confirmed_lsn, env, lsn_now, Env, Relay};
+use crate::harness::wait::wait_for;
 
 /// Short, so that holding the walsender for four times as long proves the
 /// relay's status updates keep it alive while it reads nothing.
@@ -94,7 +94,7 @@ async fn hold(
     // reconnect (see the test below), which is not what this one is about.
     let mut client = e.pg.client("app").await;
     let warm_aggs = ["pay-warm".to_string(), "ord-warm".to_string()];
-    let warm_up = super::support::write(&mut client, slot, &warm_aggs, 2, &[2], 0).await;
+    let warm_up = events::write(&mut client, slot, &warm_aggs, 2, &[2], 0).await;
     tokio::task::block_in_place(|| {
         wait_for("the warm-up events acked", Duration::from_secs(60), || {
             Scrape::take(port).get("outboxd_events_published_total", "") == Some(2.0)
@@ -161,7 +161,7 @@ async fn a_full_event_window_stops_reading_and_keeps_the_walsender_alive() {
         "",
         &[],
         async |client: &mut tokio_postgres::Client| {
-            sent = super::support::write(client, "bpevents", &aggs, 3_000, &[30], 0).await;
+            sent = events::write(client, "bpevents", &aggs, 3_000, &[30], 0).await;
         },
     )
     .await;
@@ -287,7 +287,7 @@ async fn a_topic_lookup_on_a_hung_broker_keeps_the_walsender_alive() {
     let walsender = walsender_pid(pg, "bplookup");
     broker.pause();
     let mut client = e.pg.client("app").await;
-    let sent = super::support::write(&mut client, "bplookup", &aggregates(2), 2, &[2], 0).await;
+    let sent = events::write(&mut client, "bplookup", &aggregates(2), 2, &[2], 0).await;
     // Past two walsender timeouts, short of the relay's metadata timeout.
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(2 * WAL_SENDER_TIMEOUT_S + 2) {
@@ -325,7 +325,7 @@ async fn a_full_producer_queue_keeps_the_walsender_alive() {
         &format!("\"queue.buffering.max.messages\" = \"{QUEUE}\""),
         &[],
         async |client: &mut tokio_postgres::Client| {
-            sent = super::support::write(client, "bpqueue", &aggs, 1_000, &[20], 0).await;
+            sent = events::write(client, "bpqueue", &aggs, 1_000, &[20], 0).await;
         },
     )
     .await;
@@ -362,7 +362,7 @@ async fn a_kafka_stall_longer_than_wal_sender_timeout_keeps_the_walsender() {
         "",
         &[("OUTBOXD_POSTGRES__STATUS_INTERVAL", "10s")],
         async |client: &mut tokio_postgres::Client| {
-            sent = super::support::write(client, "bpstall", &aggs, 1_000, &[20], 0).await;
+            sent = events::write(client, "bpstall", &aggs, 1_000, &[20], 0).await;
         },
     )
     .await;

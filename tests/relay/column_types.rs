@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::support::{env, Relay};
 use crate::harness::kafka::shared;
+use crate::harness::relay::{env, Relay};
 
 /// (id, key, payload, trace header) of one row.
 type BinRow = (&'static str, &'static [u8], &'static [u8], &'static [u8]);

@@ -14,8 +14,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
-use super::support::{env, wait_for, Relay};
 use crate::harness::kafka::shared;
+use crate::harness::relay::{env, Relay};
+use crate::harness::wait::wait_for;
 
 /// The example's binary, built on demand with this test's profile.
 fn example(name: &str) -> PathBuf {

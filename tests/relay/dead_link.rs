@@ -7,12 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::support::{
-    aggregates, confirmed_lsn, env, lsn_now, payload_texts, verify, wait_for, Relay,
-};
+use crate::harness::events::{aggregates, payload_texts, verify, write};
 use crate::harness::http::{free_port, get};
 use crate::harness::kafka::shared;
 use crate::harness::proxy::Proxy;
+use crate::harness::relay::{confirmed_lsn, env, lsn_now, Relay};
+use crate::harness::wait::wait_for;
 
 /// postgres.stream_timeout's default, which the test leaves alone.
 const STREAM_TIMEOUT: Duration = Duration::from_secs(30);
@@ -48,7 +48,7 @@ async fn a_black_holed_link_is_noticed_reported_and_recovered_without_loss() {
     let aggs = aggregates(10);
     let mut sent = Vec::new();
     let mut client = pg.client("app").await;
-    sent.extend(super::support::write(&mut client, "deadlink", &aggs, 300, &[1, 10], 0).await);
+    sent.extend(write(&mut client, "deadlink", &aggs, 300, &[1, 10], 0).await);
     tokio::task::block_in_place(|| {
         ready("the relay to become ready");
         let end = lsn_now(pg);
@@ -67,9 +67,7 @@ async fn a_black_holed_link_is_noticed_reported_and_recovered_without_loss() {
         tokio::spawn(async move {
             let mut out = Vec::new();
             for _ in 0..10 {
-                out.extend(
-                    super::support::write(&mut client, "deadlink", &aggs, 40, &[1, 5], 0).await,
-                );
+                out.extend(write(&mut client, "deadlink", &aggs, 40, &[1, 5], 0).await);
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
             (client, out)
@@ -128,7 +126,7 @@ async fn a_black_holed_link_is_noticed_reported_and_recovered_without_loss() {
 
     let (mut client, during) = writer.await.unwrap();
     sent.extend(during);
-    sent.extend(super::support::write(&mut client, "deadlink", &aggs, 200, &[1, 10], 0).await);
+    sent.extend(write(&mut client, "deadlink", &aggs, 200, &[1, 10], 0).await);
     let healed = Instant::now();
     tokio::task::block_in_place(|| {
         ready("the relay to be ready again after the link healed");

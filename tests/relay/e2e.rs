@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
-use super::support::{acked_positions, aggregates, env, payload_texts, verify, wait_for, Relay};
+use crate::harness::events::{acked_positions, aggregates, payload_texts, verify, write};
 use crate::harness::kafka::shared;
+use crate::harness::relay::{env, Relay};
+use crate::harness::wait::wait_for;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_thousand_events_arrive_exactly_in_per_aggregate_commit_order() {
@@ -24,7 +26,7 @@ async fn fifty_thousand_events_arrive_exactly_in_per_aggregate_commit_order() {
             _ => vec![1, 1, 1, 250],
         };
         handles.push(tokio::spawn(async move {
-            super::support::write(&mut client, "e2e", &aggs, 12_500, &sizes, 7).await
+            write(&mut client, "e2e", &aggs, 12_500, &sizes, 7).await
         }));
     }
     let mut sent = Vec::new();

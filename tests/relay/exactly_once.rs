@@ -8,12 +8,13 @@ use outboxd::progress::ledger::{InsideTransaction, LedgerEntry};
 
 use super::faults::join;
 use super::standby::{readyz_until, start_on_port};
-use super::support::{
-    aggregates, confirmed_lsn, env, ledger_entries, payload_texts, use_ledger_topic,
-    verify_reading, wait_for, Env, ReadBack, Relay, Sent,
+use crate::harness::events::{
+    aggregates, ledger_entries, payload_texts, verify_reading, write, ReadBack, Sent,
 };
 use crate::harness::http::free_port;
 use crate::harness::kafka::shared;
+use crate::harness::relay::{confirmed_lsn, env, lsn_now, use_ledger_topic, Env, Relay};
+use crate::harness::wait::wait_for;
 
 pub(super) const EXACTLY_ONCE: &str = "[relay]\ndelivery = \"exactly-once\"\n";
 
@@ -43,7 +44,7 @@ pub(super) fn spawn_writers(
                     .await
                     .unwrap();
                 tokio::spawn(conn);
-                super::support::write(&mut client, &prefix, &aggs, n / writers, &sizes, 0).await
+                write(&mut client, &prefix, &aggs, n / writers, &sizes, 0).await
             })
         })
         .collect()
@@ -89,7 +90,7 @@ async fn every_event_once_in_commit_order_with_the_ledger_inside_the_transaction
     // The ledger reached the end of what was written, read read_committed:
     // its entries are in committed transactions.
     let pg = &e.pg;
-    let end = super::support::lsn_now(pg);
+    let end = lsn_now(pg);
     tokio::task::block_in_place(|| {
         wait_for(
             "the slot confirmed to the end",
@@ -270,7 +271,7 @@ async fn kill_9_inside_a_split_database_transaction_repeats_nothing() {
             .unwrap();
         tokio::spawn(conn);
         let aggs = aggregates(40);
-        super::support::write(&mut client, slot, &aggs, rows, &[rows], 0).await
+        write(&mut client, slot, &aggs, rows, &[rows], 0).await
     });
     // Killed once the ledger holds a position in the middle of the
     // transaction.

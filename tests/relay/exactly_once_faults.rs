@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 use tokio::task::block_in_place;
 
 use super::faults::tail_lines;
-use super::support::kill_postmaster;
-use super::support::{
-    confirmed_lsn, env, ledger_entries, lsn_now, payload_texts, use_ledger_topic, verify_reading,
-    wait_for, Env, ReadBack, Relay, Sent,
-};
+use crate::harness::events::{ledger_entries, payload_texts, verify_reading, ReadBack, Sent};
 use crate::harness::kafka::{shared, KafkaBroker, Record};
 use crate::harness::pg::{pg_install, PgCluster};
+use crate::harness::relay::{
+    confirmed_lsn, env, kill_postmaster, lsn_now, use_ledger_topic, Env, Relay,
+};
 use crate::harness::standby::{promote, start_standby, synchronize_standby_slot};
+use crate::harness::wait::wait_for;
 use load::{caught_up, confirmations, recoveries, Load};
 
 /// The mode under test.

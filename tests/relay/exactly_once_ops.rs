@@ -17,17 +17,20 @@ use super::slot_loss::{
     failover_without_a_failover_slot, restored_on_another_cluster, slot_dropped_under_the_relay,
 };
 use super::standby::readyz_until;
-use super::support::{
-    aggregates, backfill_from, confirmed_lsn, env, ledger_entries, lsn_now, named_since,
-    payload_texts, relayed_then_stopped, slot_active, use_ledger_topic, verify_reading, wait_for,
-    write, Copies, Env, ReadBack, Relay,
-};
 use super::table_watch::{
     assert_halted, change_under_the_relay_in, readyz, RelayMode, RECREATE_OUTBOX, RENAME_OUTBOX,
     UNPUBLISH_OUTBOX,
 };
+use crate::harness::events::{
+    aggregates, ledger_entries, payload_texts, verify_reading, write, Copies, ReadBack,
+};
 use crate::harness::kafka::{shared, KafkaBroker};
 use crate::harness::outboxd::tail;
+use crate::harness::relay::{
+    backfill_from, confirmed_lsn, env, lsn_now, named_since, relayed_then_stopped, slot_active,
+    use_ledger_topic, Env, Relay,
+};
+use crate::harness::wait::wait_for;
 
 /// The slot dropped under an exactly-once relay: it stops naming the gap,
 /// as at-least-once does, and the way back (backfill, `--accept-gap`)
@@ -182,7 +185,7 @@ async fn a_standby_takes_over_inside_a_split_database_transaction_and_repeats_no
             .await
             .unwrap();
         tokio::spawn(conn);
-        super::support::write(&mut client, slot, &aggregates(40), ROWS, &[ROWS], 0).await
+        write(&mut client, slot, &aggregates(40), ROWS, &[ROWS], 0).await
     });
     let mut writers = spawn_writers(&e, slot, 3_000, 2);
     writers.push(big);

@@ -4,19 +4,22 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::support::{
-    acked_positions, aggregates, confirmed_lsn, edit_config, env, last_lines, ledger_entries,
-    lsn_now, now_ms, payload_texts, use_ledger_topic, verify, wait_for, wait_for_or, Relay,
+use crate::harness::events::{
+    acked_positions, aggregates, ledger_entries, now_ms, payload_texts, verify, write, Sent,
 };
 use crate::harness::kafka::{shared, KafkaBroker};
+use crate::harness::relay::{
+    confirmed_lsn, edit_config, env, lsn_now, use_ledger_topic, Env, Relay,
+};
+use crate::harness::wait::{last_lines, wait_for, wait_for_or};
 
 /// Starts `n` events from two writers in the background.
 pub(super) fn spawn_writers(
-    e: &super::support::Env,
+    e: &Env,
     prefix: &str,
     n: usize,
     aggs: usize,
-) -> Vec<tokio::task::JoinHandle<Vec<super::support::Sent>>> {
+) -> Vec<tokio::task::JoinHandle<Vec<Sent>>> {
     let aggs = aggregates(aggs);
     (0..2)
         .map(|w| {
@@ -33,15 +36,13 @@ pub(super) fn spawn_writers(
                 } else {
                     vec![50, 1, 300]
                 };
-                super::support::write(&mut client, &prefix, &aggs, n / 2, &sizes, 0).await
+                write(&mut client, &prefix, &aggs, n / 2, &sizes, 0).await
             })
         })
         .collect()
 }
 
-pub(super) async fn join(
-    handles: Vec<tokio::task::JoinHandle<Vec<super::support::Sent>>>,
-) -> Vec<super::support::Sent> {
+pub(super) async fn join(handles: Vec<tokio::task::JoinHandle<Vec<Sent>>>) -> Vec<Sent> {
     let mut sent = Vec::new();
     for h in handles {
         sent.extend(h.await.unwrap());
@@ -384,7 +385,7 @@ async fn paused_broker_holds_the_slot_before_the_first_unacked_event() {
     let relay = Relay::start(&e);
     let aggs = aggregates(10);
     let mut client = e.pg.client("app").await;
-    let mut sent = super::support::write(&mut client, "pause", &aggs, 500, &[10], 0).await;
+    let mut sent = write(&mut client, "pause", &aggs, 500, &[10], 0).await;
     let pg = &e.pg;
     tokio::task::block_in_place(|| {
         wait_for("first batch acked", Duration::from_secs(120), || {
@@ -394,7 +395,7 @@ async fn paused_broker_holds_the_slot_before_the_first_unacked_event() {
     });
     broker.pause();
     let paused_from = lsn_now(pg);
-    sent.extend(super::support::write(&mut client, "pause", &aggs, 500, &[10], 0).await);
+    sent.extend(write(&mut client, "pause", &aggs, 500, &[10], 0).await);
     // While paused, the slot must stay below the end of the first unacked
     // transaction: the first commit after `paused_from`.
     let first_unacked_end = first_commit_end_after(pg, paused_from);

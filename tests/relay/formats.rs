@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::support::{confirmed_lsn, env, lsn_now, wait_for, Env, Relay};
 use crate::harness::kafka::{shared, Record};
 use crate::harness::python::{read_records, Mode};
+use crate::harness::relay::{confirmed_lsn, env, lsn_now, Env, Relay};
+use crate::harness::wait::wait_for;
 
 /// The trace context, extension and tenant columns, on `table`.
 fn add_columns(e: &Env, table: &str) {

@@ -25,11 +25,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::faults::{commit_end_by_id, join, spawn_writers};
-use super::support::{
-    aggregates, confirmed_lsn, env, ledger_entries, lsn_now, now_ms, payload_texts,
-    use_ledger_topic, verify, wait_for, write, Relay,
-};
+use crate::harness::events::{aggregates, ledger_entries, now_ms, payload_texts, verify, write};
 use crate::harness::kafka::KafkaBroker;
+use crate::harness::relay::{confirmed_lsn, env, lsn_now, use_ledger_topic, Relay};
+use crate::harness::wait::wait_for;
 
 const APPEND_TIME: (&str, &str) = ("message.timestamp.type", "LogAppendTime");
 

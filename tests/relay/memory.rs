@@ -5,8 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::support::{confirmed_lsn, env, lsn_now, wait_for, Relay};
 use crate::harness::kafka::{shared, KafkaBroker};
+use crate::harness::relay::{confirmed_lsn, env, lsn_now, Relay};
+use crate::harness::wait::wait_for;
 
 /// Peak RSS allowed with default settings (issue 10).
 const DEFAULT_PEAK_RSS_BOUND: u64 = 32 << 20;

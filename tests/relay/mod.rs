@@ -21,6 +21,5 @@ mod pg_restart;
 mod poison;
 mod slot_loss;
 mod standby;
-pub(crate) mod support;
 mod table_watch;
 mod tables;

@@ -5,10 +5,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::support::{confirmed_lsn, env, lsn_now, wait_for, Relay};
 use crate::harness::http::{free_port, get};
 use crate::harness::kafka::shared;
 use crate::harness::pg::quote_ident;
+use crate::harness::relay::{confirmed_lsn, env, lsn_now, Relay};
+use crate::harness::wait::wait_for;
 
 const SCHEMA: &str = "Ventes \"EU\"";
 const TABLE: &str = "Outbox Évènements, v2";

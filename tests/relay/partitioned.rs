@@ -5,9 +5,11 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::support::{aggregates, env, slot_active, verify_env, wait_for, write, Env, Relay};
+use crate::harness::events::{aggregates, verify_env, write};
 use crate::harness::kafka::shared;
 use crate::harness::outboxd::{bin, wait_with_timeout};
+use crate::harness::relay::{env, slot_active, Env, Relay};
+use crate::harness::wait::wait_for;
 
 /// Replaces the migrations' outbox table by a partitioned one with the same
 /// columns, one partition holding every row written with `now()`.

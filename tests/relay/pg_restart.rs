@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::support::{
-    aggregates, confirmed_lsn, env, kill_postmaster, payload_texts, verify, wait_for, Relay,
-};
+use crate::harness::events::{aggregates, payload_texts, verify, write};
 use crate::harness::kafka::shared;
+use crate::harness::relay::{confirmed_lsn, env, kill_postmaster, Relay};
+use crate::harness::wait::wait_for;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_restart_and_crash_lose_nothing() {
@@ -25,9 +25,7 @@ async fn database_restart_and_crash_lose_nothing() {
     let mut sent = Vec::new();
 
     let mut client = pg.client("app").await;
-    sent.extend(
-        super::support::write(&mut client, "pgrestart", &aggs, 3_000, &[1, 10, 100], 0).await,
-    );
+    sent.extend(write(&mut client, "pgrestart", &aggs, 3_000, &[1, 10, 100], 0).await);
     drop(client);
     tokio::task::block_in_place(|| {
         wait_for("first confirmations", Duration::from_secs(60), || {
@@ -37,7 +35,7 @@ async fn database_restart_and_crash_lose_nothing() {
     });
 
     let mut client = pg.client("app").await;
-    sent.extend(super::support::write(&mut client, "pgrestart", &aggs, 3_000, &[10, 50], 0).await);
+    sent.extend(write(&mut client, "pgrestart", &aggs, 3_000, &[10, 50], 0).await);
     drop(client);
     tokio::task::block_in_place(|| {
         pg.crash();
@@ -45,7 +43,7 @@ async fn database_restart_and_crash_lose_nothing() {
     });
 
     let mut client = pg.client("app").await;
-    sent.extend(super::support::write(&mut client, "pgrestart", &aggs, 2_000, &[5, 100], 0).await);
+    sent.extend(write(&mut client, "pgrestart", &aggs, 2_000, &[5, 100], 0).await);
 
     // The slot catching up is the relay's own word that it recovered.
     let end: outboxd::Lsn = pg
@@ -184,9 +182,7 @@ async fn postmaster_sigkill_twice_under_load_repeats_about_one_interval() {
                         .await
                         .unwrap();
                     let conn = tokio::spawn(conn);
-                    sent.extend(
-                        super::support::write(&mut client, "pgkill", &aggs, 200, sizes, 0).await,
-                    );
+                    sent.extend(write(&mut client, "pgkill", &aggs, 200, sizes, 0).await);
                     drop(client);
                     let _ = conn.await;
                     drop(_running);

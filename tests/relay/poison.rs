@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
-use super::support::{confirmed_lsn, env, wait_for, Relay};
+use crate::harness::events::write;
 use crate::harness::kafka::shared;
+use crate::harness::relay::{confirmed_lsn, env, Relay};
+use crate::harness::wait::wait_for;
 
 /// Five small events, one of 1.5 MB (over the producer's and the broker's
 /// default `message.max.bytes`), five small: each in its own transaction.
@@ -240,7 +242,7 @@ fn unmappable_message_under_stop_is_not_confirmed() {
 /// within seconds, and at most the in-flight window is sent twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_records_in_a_stream_are_dead_lettered_without_reconnects() {
-    use super::support::{aggregates, payload_texts, verify};
+    use crate::harness::events::{aggregates, payload_texts, verify};
     const GOOD: usize = 10_000;
     const REFUSED: usize = 5;
     const WINDOW: usize = 1_000;
@@ -265,7 +267,7 @@ async fn refused_records_in_a_stream_are_dead_lettered_without_reconnects() {
     let mut refused_ids = Vec::new();
     for k in 0..REFUSED {
         sent.extend(
-            super::support::write(
+            write(
                 &mut client,
                 "refused",
                 &aggs,

@@ -13,13 +13,17 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::support::{
-    aggregates, backfill_from, confirmed_lsn, env, ledger_entries, lsn_now, named_since,
-    payload_texts, relayed_then_stopped, use_ledger_topic, verify_checking, verify_reading,
-    wait_for, Copies, Env, ReadBack, Relay, Sent, Verdict,
+use crate::harness::events::{
+    aggregates, ledger_entries, payload_texts, verify_checking, verify_reading, write, Copies,
+    ReadBack, Sent, Verdict,
 };
 use crate::harness::kafka::{shared, KafkaBroker};
+use crate::harness::relay::{
+    backfill_from, confirmed_lsn, env, lsn_now, named_since, relayed_then_stopped,
+    use_ledger_topic, Env, Relay,
+};
 use crate::harness::standby::{promote, start_standby};
+use crate::harness::wait::wait_for;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_dropped_under_the_relay_stops_it_naming_the_gap_and_backfill_recovers() {
@@ -46,7 +50,7 @@ pub(super) async fn slot_dropped_under_the_relay(
     let mut relay = Relay::start(&e);
     let start = confirmed_lsn(pg, slot);
     let mut client = pg.client("app").await;
-    let mut sent = super::support::write(&mut client, slot, &aggs, 500, &[1, 10], 0).await;
+    let mut sent = write(&mut client, slot, &aggs, 500, &[1, 10], 0).await;
     tokio::task::block_in_place(|| {
         wait_for("a first confirmation", Duration::from_secs(60), || {
             confirmed_lsn(pg, slot) > start
@@ -63,7 +67,7 @@ pub(super) async fn slot_dropped_under_the_relay(
                 .await
                 .unwrap();
             tokio::spawn(conn);
-            super::support::write(&mut client, &slot, &aggs, 1_500, &[1, 5, 20], 0).await
+            write(&mut client, &slot, &aggs, 1_500, &[1, 5, 20], 0).await
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -169,7 +173,7 @@ pub(super) async fn slot_dropped_under_the_relay(
         })
     });
     let mut client = pg.client("app").await;
-    sent.extend(super::support::write(&mut client, slot, &aggs, 100, &[1, 10], 0).await);
+    sent.extend(write(&mut client, slot, &aggs, 100, &[1, 10], 0).await);
     let accepted_log = accepted.log();
     assert!(
         accepted_log.contains("accepting a gap (--accept-gap)"),
@@ -239,7 +243,7 @@ pub(super) async fn failover_without_a_failover_slot(slot: &str, relay_extra: &s
     let aggs = aggregates(10);
     let mut relay = Relay::start(&e);
     let mut client = pg.client("app").await;
-    let mut sent = super::support::write(&mut client, slot, &aggs, 500, &[1, 10], 0).await;
+    let mut sent = write(&mut client, slot, &aggs, 500, &[1, 10], 0).await;
     let acked_end = lsn_now(pg);
     tokio::task::block_in_place(|| {
         wait_for("the first events acked", Duration::from_secs(60), || {
@@ -254,7 +258,7 @@ pub(super) async fn failover_without_a_failover_slot(slot: &str, relay_extra: &s
 
     // Kafka down; the application goes on committing.
     broker.pause();
-    let while_down = super::support::write(&mut client, slot, &aggs, 300, &[1, 10], 0).await;
+    let while_down = write(&mut client, slot, &aggs, 300, &[1, 10], 0).await;
     sent.extend(while_down.iter().cloned());
     drop(client);
     let primary_end = lsn_now(pg);
@@ -278,7 +282,7 @@ pub(super) async fn failover_without_a_failover_slot(slot: &str, relay_extra: &s
     });
     // Committed on the new primary before the relay is back: also a gap.
     let mut client = standby.client("app").await;
-    let after_promotion = super::support::write(&mut client, slot, &aggs, 100, &[1, 10], 0).await;
+    let after_promotion = write(&mut client, slot, &aggs, 100, &[1, 10], 0).await;
     sent.extend(after_promotion.iter().cloned());
     drop(client);
     let rows = standby.psql("app", "SELECT count(*) FROM outbox");
@@ -360,7 +364,7 @@ pub(super) async fn failover_without_a_failover_slot(slot: &str, relay_extra: &s
         })
     });
     let mut client = standby.client("app").await;
-    sent.extend(super::support::write(&mut client, slot, &aggs, 100, &[1, 10], 0).await);
+    sent.extend(write(&mut client, slot, &aggs, 100, &[1, 10], 0).await);
     let accepted_log = accepted.log();
     assert!(
         accepted_log.contains("accepting a gap (--accept-gap)"),
@@ -452,7 +456,7 @@ pub(super) async fn restored_on_another_cluster(
     assert_ne!(old, new);
     let restored: Vec<String> = aggregates(4).iter().map(|a| format!("r{a}")).collect();
     let mut client = second.pg.client("app").await;
-    sent.extend(super::support::write(&mut client, slot, &restored, 30, &[1, 10], 0).await);
+    sent.extend(write(&mut client, slot, &restored, 30, &[1, 10], 0).await);
 
     let held = confirmed_lsn(&second.pg, slot);
     let mut refused = Relay::start(&second);

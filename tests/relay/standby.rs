@@ -6,9 +6,11 @@
 use std::time::{Duration, Instant};
 
 use super::faults::{commit_end_by_id, join, spawn_writers};
-use super::support::{confirmed_lsn, env, payload_texts, verify, wait_for, Relay};
+use crate::harness::events::{payload_texts, verify};
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::shared;
+use crate::harness::relay::{confirmed_lsn, env, Env, Relay};
+use crate::harness::wait::wait_for;
 
 /// The acceptance bound on takeover after the active instance dies.
 const TAKEOVER_BOUND: Duration = Duration::from_secs(5);
@@ -17,7 +19,7 @@ const TAKEOVER_BOUND: Duration = Duration::from_secs(5);
 /// backoff (0.5 s, 1 s, 2 s, 4 s, ...) to show, and for several looks.
 const STANDING_BY: Duration = Duration::from_secs(8);
 
-pub(super) fn start_on_port(e: &super::support::Env, port: u16) -> Relay {
+pub(super) fn start_on_port(e: &Env, port: u16) -> Relay {
     let listen = format!("127.0.0.1:{port}");
     Relay::start_with_env(e, &[("OUTBOXD_METRICS__LISTEN", listen.as_str())])
 }

@@ -9,12 +9,15 @@ use std::time::Duration;
 use outboxd::Lsn;
 
 use super::standby::{readyz_until, start_on_port};
-use super::support::{
-    aggregates, confirmed_lsn, edit_config, env, lsn_now, payload_texts, use_ledger_topic,
-    verify_env, verify_reading, wait_for, write, Env, ReadBack, Relay,
+use crate::harness::events::{
+    aggregates, payload_texts, verify_env, verify_reading, write, ReadBack,
 };
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::shared;
+use crate::harness::relay::{
+    confirmed_lsn, edit_config, env, lsn_now, use_ledger_topic, Env, Relay,
+};
+use crate::harness::wait::wait_for;
 
 /// How many events go to the changed table.
 const LOST: usize = 20;

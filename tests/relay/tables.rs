@@ -8,10 +8,11 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::support::{confirmed_lsn, env, lsn_now, slot_active, wait_for, Env, Relay};
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::{shared, Record};
 use crate::harness::outboxd::{bin, wait_with_timeout};
+use crate::harness::relay::{confirmed_lsn, env, lsn_now, slot_active, Env, Relay};
+use crate::harness::wait::wait_for;
 
 const WRITERS: usize = 4;
 const TXNS_PER_WRITER: usize = 60;

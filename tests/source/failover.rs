@@ -10,14 +10,13 @@ use std::time::Duration;
 use outboxd::source::admin::connect_sql;
 use outboxd::source::replication::{connect, ConnParams};
 
+use crate::harness::events::{aggregates, payload_texts, verify, write, Sent};
 use crate::harness::kafka::shared;
 use crate::harness::pg::{pg_install, PgCluster, PgOptions};
+use crate::harness::relay::{confirmed_lsn, env as relay_env, lsn_now, Relay};
 use crate::harness::standby::{promote, start_standby, synchronize_standby_slot};
+use crate::harness::wait::wait_for;
 use crate::ops::check::support::{check, env as check_env, SLOT};
-use crate::relay::support::{
-    aggregates, confirmed_lsn, env as relay_env, lsn_now, payload_texts, verify, wait_for, write,
-    Relay, Sent,
-};
 
 fn slot_flags(pg: &PgCluster, slot: &str) -> String {
     pg.psql(

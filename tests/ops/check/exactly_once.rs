@@ -177,7 +177,7 @@ fn a_principal_without_write_on_the_transactional_id_fails_naming_the_acl() {
 /// relay's own id the relay's next commit would be fenced and it would exit.
 #[test]
 fn checking_beside_a_running_relay_does_not_fence_it() {
-    use crate::relay::support::{self as relay, Relay};
+    use crate::harness::relay::{self, Relay};
     let broker = kafka::shared();
     let slot = "check_eos_live";
     let topic = format!("{slot}.live");

@@ -191,7 +191,7 @@ impl Spec<'_> {
 }
 
 /// Runs the image to completion (`run --rm`): exit code and output.
-pub fn run_once(spec: &Spec) -> (Option<i32>, String) {
+pub fn run_once(spec: &Spec<'_>) -> (Option<i32>, String) {
     let flags = spec.flags();
     let mut args: Vec<&str> = vec!["run", "--rm"];
     args.extend(flags.iter().map(String::as_str));
@@ -214,7 +214,7 @@ pub struct Container {
 }
 
 impl Container {
-    pub fn start(name: &str, spec: &Spec) -> Container {
+    pub fn start(name: &str, spec: &Spec<'_>) -> Container {
         let name = format!("outboxd-test-{name}-{}", std::process::id());
         // A leftover of an earlier run killed before it could clean up.
         let _ = output(&["rm", "-f", &name]);

@@ -16,7 +16,7 @@ use super::{
     EXACTLY_ONCE_ONLY,
 };
 use crate::harness::kafka::shared;
-use crate::relay::support::{env, Relay};
+use crate::harness::relay::{env, Relay};
 
 /// The metric names of the table in docs/operations.md's "Exactly-once".
 fn documented() -> BTreeSet<String> {

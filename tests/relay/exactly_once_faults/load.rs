@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::{RwLock, RwLockWriteGuard};
 use tokio::task::{block_in_place, JoinHandle};
 
+use crate::harness::events::{aggregates, write, Sent};
 use crate::harness::pg::PgCluster;
+use crate::harness::relay::{confirmed_lsn, lsn_now, Relay};
+use crate::harness::wait::wait_for;
 use crate::relay::faults::{notable_lines, tail_lines};
-use crate::relay::support::{aggregates, confirmed_lsn, lsn_now, wait_for, Relay, Sent};
 
 /// Writers that go on until told to stop, in transactions of mixed sizes,
 /// 100 events per connection. A fault that cuts a commit off leaves it in
@@ -49,17 +51,7 @@ impl Load {
                                 .await
                                 .unwrap();
                         let conn = tokio::spawn(conn);
-                        sent.extend(
-                            crate::relay::support::write(
-                                &mut client,
-                                &prefix,
-                                &aggs,
-                                100,
-                                sizes,
-                                0,
-                            )
-                            .await,
-                        );
+                        sent.extend(write(&mut client, &prefix, &aggs, 100, sizes, 0).await);
                         drop(client);
                         let _ = conn.await;
                         drop(running);
