@@ -16,10 +16,10 @@ use rdkafka::types::RDKafkaRespErr;
 use crate::config::routing::{parse_template, TemplatePart};
 use crate::config::{Config, OnError};
 use crate::sink::probe::producer_id::{producer_id, ProducerIdError};
-use crate::sink::probe::validate_topic_creation;
+use crate::sink::probe::{admin_client, validate_topic_creation};
 use crate::sink::{
-    admin_client_config, inspect_ledger_topic, new_ledger_topic, LedgerTopicError,
-    LedgerTopicState, SinkError, LEDGER_TOPIC_PARTITIONS,
+    inspect_ledger_topic, new_ledger_topic, LedgerTopicError, LedgerTopicState, SinkError,
+    LEDGER_TOPIC_PARTITIONS,
 };
 
 use super::Line;
@@ -34,20 +34,6 @@ pub(crate) fn skipped(why: &str) -> Vec<Line> {
         Line::skip("ledger topic", why),
         Line::skip("idempotence", why),
     ]
-}
-
-/// The admin client `check` asks the cluster with, or why there is none.
-pub(super) fn admin_client(
-    brokers: &str,
-    cfg: &Config,
-) -> Result<Arc<AdminClient<DefaultClientContext>>, String> {
-    admin_client_config(brokers, &cfg.kafka.properties)
-        .map_err(|e| e.to_string())
-        .and_then(|c| {
-            c.create::<AdminClient<DefaultClientContext>>()
-                .map_err(|e| format!("cannot create the Kafka admin client: {e}"))
-        })
-        .map(Arc::new)
 }
 
 pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {

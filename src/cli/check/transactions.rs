@@ -18,6 +18,7 @@
 
 use crate::config::kafka::DEFAULT_TRANSACTION_TIMEOUT_MS;
 use crate::config::Config;
+use crate::sink::probe::admin_client;
 use crate::sink::probe::init_transactions::{
     init_transactions, transaction_facts, Probe, TransactionFacts, PROBE_TIMEOUT, STATE_LOG,
 };
@@ -66,7 +67,7 @@ pub(crate) async fn check(
     cfg: Config,
     id: Result<TransactionalId, String>,
 ) -> Vec<Line> {
-    let admin = match super::kafka::admin_client(&brokers, &cfg) {
+    let admin = match admin_client(&brokers, &cfg) {
         Ok(admin) => admin,
         Err(e) => {
             let mut lines = skipped("no Kafka client (see kafka)");

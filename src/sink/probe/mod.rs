@@ -6,14 +6,32 @@
 pub(crate) mod init_transactions;
 pub(crate) mod producer_id;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
+use crate::config::Config;
+use crate::sink::admin_client_config;
+
 /// One CreateTopics round trip, as the relay's topic manager allows.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The admin client `check` asks the cluster with, or why there is none.
+pub(crate) fn admin_client(
+    brokers: &str,
+    cfg: &Config,
+) -> Result<Arc<AdminClient<DefaultClientContext>>, String> {
+    admin_client_config(brokers, &cfg.kafka.properties)
+        .map_err(|e| e.to_string())
+        .and_then(|c| {
+            c.create::<AdminClient<DefaultClientContext>>()
+                .map_err(|e| format!("cannot create the Kafka admin client: {e}"))
+        })
+        .map(Arc::new)
+}
 
 /// CreateTopics with `validate_only`: the broker runs every check (ACLs,
 /// partitions, replication factor against live brokers, policies) and
