@@ -4,6 +4,7 @@
 //!
 //! Data flows `source` → `outbox` → `sink` → `progress`, wired by `relay`.
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod lsn;

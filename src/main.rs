@@ -131,7 +131,7 @@ enum Command {
         format: audit::Format,
         /// Judge duplicates as this delivery mode does. Default: the
         /// relay's mode (`relay.delivery`).
-        #[arg(long, value_enum)]
+        #[arg(long, value_parser = audit::mode_parser())]
         mode: Option<audit::DeliveryMode>,
         /// Rows fetched at a time (the range is one query, read through a
         /// cursor).
@@ -299,7 +299,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 }
 
 /// `outboxd audit`: its report on stdout, its own exit codes.
-async fn run_audit(config: Option<&Path>, opts: &audit::AuditOptions) -> u8 {
+async fn run_audit(config: Option<&Path>, args: &audit::AuditArgs) -> u8 {
     let (cfg, source) = match load(config, true) {
         Ok(loaded) => loaded,
         Err(Failure::Config(e)) | Err(Failure::Runtime(e)) => {
@@ -309,7 +309,7 @@ async fn run_audit(config: Option<&Path>, opts: &audit::AuditOptions) -> u8 {
     };
     let progress = audit::Progress::for_stderr();
     let mut stdout = std::io::stdout();
-    match audit::run(&cfg, &source, opts, &mut stdout, &progress).await {
+    match audit::run(&cfg, &source, args, &mut stdout, &progress).await {
         Ok(code) => code,
         Err(e) => {
             progress.finish();
@@ -373,7 +373,7 @@ fn main() -> ExitCode {
         batch_size,
     } = cli.command
     {
-        let opts = audit::AuditOptions {
+        let args = audit::AuditArgs {
             since,
             until,
             table,
@@ -382,7 +382,7 @@ fn main() -> ExitCode {
             mode,
             batch: batch_size,
         };
-        return ExitCode::from(rt.block_on(run_audit(config.as_deref(), &opts)));
+        return ExitCode::from(rt.block_on(run_audit(config.as_deref(), &args)));
     }
     let (code, e) = match rt.block_on(run(cli)) {
         Ok(()) => return ExitCode::SUCCESS,

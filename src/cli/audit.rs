@@ -1,92 +1,20 @@
-//! `outboxd audit`: did we lose or double anything? Compares the outbox
-//! rows committed in a time range with the records of the topics they route
-//! to, and reports per table the rows, what was delivered, what is missing,
-//! what was doubled (backfill copies apart), records of a key out of commit
-//! order, and records with a wrong key or topic.
-//!
-//! - **Rows** are read and mapped exactly as `outboxd backfill` reads and
-//!   maps them (same reader, same mapper): in time-column then storage
-//!   order, which numbers them (the order a key's records must follow).
-//!   Unlike a backfill, the range is one statement fetched through a
-//!   cursor in one read-only transaction, sorted once by PostgreSQL
-//!   (`Paging::Cursor`): keyset pages were each planned alone, and on a
-//!   table without statistics each sorted the rest of the range.
-//! - **Records** are read `read_committed` from the first offset stamped at
-//!   or after `--since` to the end of each partition (see `records`).
-//! - **Memory** is bounded: both sides are kept as small entries in an
-//!   external sort (`spill`: in memory up to a budget, then sorted runs in
-//!   anonymous temporary files), merged by id (`compare::join`), then the
-//!   first copies sorted by (topic, partition, key, offset) for the order
-//!   check (`compare::check_order`). Long lists of ids go to disk too.
-//!
-//! Exit codes: [`EXIT_CLEAN`], [`EXIT_FOUND`], 2 for the configuration (as
-//! every subcommand), [`EXIT_CANNOT`].
-
-mod compare;
-mod entries;
-mod listing;
-mod records;
-mod report;
-mod rows;
-mod spill;
+//! `outboxd audit`: chooses the tables, runs the audit (`crate::audit`)
+//! and prints its report, for a person or a program; the report's verdict
+//! is the exit code.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
 
-use crate::cli::backfill::rows::{Paging, RowReader};
-use crate::cli::backfill::{choose_table, BackfillError, BackfillOptions};
-use crate::config::{Config, OutboxTable};
-use crate::outbox::record::parse_timestamp_ms;
-use crate::outbox::{MappingConfigError, RecordMapper};
-use crate::source::admin;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+
+use crate::audit::{AuditError, AuditOptions};
+use crate::cli::backfill::choose_table;
+use crate::config::Config;
 use crate::source::session::SourceSettings;
 
+pub use crate::audit::{DEFAULT_BATCH, EXIT_CANNOT, EXIT_CLEAN, EXIT_FOUND};
 pub use crate::cli::progress::Progress;
-
-/// Nothing missing, nothing out of order (and, exactly-once, nothing doubled).
-pub const EXIT_CLEAN: u8 = 0;
-/// Events are missing or out of order (or doubled, exactly-once).
-pub const EXIT_FOUND: u8 = 1;
-/// The audit could not compare: no rows left to compare with (the
-/// insert-then-delete helper), or PostgreSQL or Kafka failed.
-pub const EXIT_CANNOT: u8 = 3;
-
-/// Rows fetched at a time: five times a backfill's, since the audit waits
-/// for no broker between pages. The range is one statement read through a
-/// cursor (`Paging::Cursor`), not a query per page as for a backfill.
-pub const DEFAULT_BATCH: usize = 5_000;
-
-/// What each side may hold in memory before it spills to disk.
-const SORT_BUDGET: usize = 8 << 20;
-
-/// The delivery mode the audit judges duplicates by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DeliveryMode {
-    /// Duplicates are allowed (consumers drop them by the `id` header):
-    /// reported, and exit 0 when nothing else is wrong.
-    AtLeastOnce,
-    /// Every event exactly once: a duplicate sent by the relay fails the
-    /// audit. Backfill copies do not: the operator asked for them, and
-    /// they carry the `outboxd.backfill` header.
-    ExactlyOnce,
-}
-
-impl DeliveryMode {
-    /// The mode the configuration runs the relay in (`relay.delivery`).
-    pub fn configured(cfg: &Config) -> DeliveryMode {
-        match cfg.relay.delivery {
-            crate::config::DeliveryMode::AtLeastOnce => DeliveryMode::AtLeastOnce,
-            crate::config::DeliveryMode::ExactlyOnce => DeliveryMode::ExactlyOnce,
-        }
-    }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            DeliveryMode::AtLeastOnce => "at-least-once",
-            DeliveryMode::ExactlyOnce => "exactly-once",
-        }
-    }
-}
+/// The delivery mode duplicates are judged by (`relay.delivery`).
+pub use crate::config::relay::DeliveryMode;
 
 /// How the report is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -98,8 +26,9 @@ pub enum Format {
     Json,
 }
 
+/// The command's arguments.
 #[derive(Debug, Clone)]
-pub struct AuditOptions {
+pub struct AuditArgs {
     /// Lower bound (inclusive), anything a `timestamptz` literal takes.
     pub since: String,
     /// Upper bound (exclusive); none = up to the time the audit starts.
@@ -108,35 +37,39 @@ pub struct AuditOptions {
     pub table: Option<String>,
     pub time_column: Option<String>,
     pub format: Format,
-    /// Overrides the configuration's delivery mode.
+    /// Overrides the configuration's delivery mode (`relay.delivery`).
     pub mode: Option<DeliveryMode>,
     /// Rows fetched at a time.
     pub batch: usize,
 }
 
+/// Why the command could not audit.
 #[derive(Debug, thiserror::Error)]
-pub enum AuditError {
-    /// Reading the table, as for a backfill.
-    #[error(transparent)]
-    Rows(#[from] BackfillError),
-    #[error(transparent)]
-    Mapping(#[from] MappingConfigError),
+pub enum AuditCommandError {
     #[error("{0}")]
     TableChoice(String),
-    #[error("Kafka: {what}: {message}")]
-    Kafka { what: &'static str, message: String },
-    #[error("the audit's temporary files: {0}")]
-    Spill(#[source] std::io::Error),
-    #[error("cannot read the bound {0:?} PostgreSQL printed as a time")]
-    Bound(String),
     #[error(transparent)]
-    Sink(#[from] crate::sink::SinkError),
+    Audit(#[from] AuditError),
 }
 
-impl From<crate::sink::error::SinkConfigError> for AuditError {
-    fn from(e: crate::sink::error::SinkConfigError) -> Self {
-        AuditError::Sink(e.into())
-    }
+/// `--mode`: a delivery mode as `relay.delivery` spells it, each value
+/// told by what the audit does with duplicates.
+pub fn mode_parser() -> impl TypedValueParser<Value = DeliveryMode> {
+    PossibleValuesParser::new([
+        PossibleValue::new("at-least-once").help(
+            "Duplicates are allowed (consumers drop them by the `id` header): reported, and \
+             exit 0 when nothing else is wrong",
+        ),
+        PossibleValue::new("exactly-once").help(
+            "Every event exactly once: a duplicate sent by the relay fails the audit. Backfill \
+             copies do not: the operator asked for them, and they carry the `outboxd.backfill` \
+             header",
+        ),
+    ])
+    .map(|mode| match mode.as_str() {
+        "exactly-once" => DeliveryMode::ExactlyOnce,
+        _ => DeliveryMode::AtLeastOnce,
+    })
 }
 
 /// Audits the range of every table chosen, writes the report to `out` and
@@ -144,188 +77,31 @@ impl From<crate::sink::error::SinkConfigError> for AuditError {
 pub async fn run(
     cfg: &Config,
     source: &SourceSettings,
-    opts: &AuditOptions,
+    args: &AuditArgs,
     out: &mut (dyn Write + Send),
     progress: &Progress,
-) -> Result<u8, AuditError> {
-    let started = Instant::now();
-    let tables = match &opts.table {
-        Some(_) => vec![choose_table(cfg, opts.table.as_deref()).map_err(AuditError::TableChoice)?],
+) -> Result<u8, AuditCommandError> {
+    let tables = match &args.table {
+        Some(wanted) => {
+            vec![choose_table(cfg, Some(wanted)).map_err(AuditCommandError::TableChoice)?]
+        }
         None => cfg.tables(),
     };
-    let mode = opts.mode.unwrap_or_else(|| DeliveryMode::configured(cfg));
-    let client = admin::connect_sql(&source.conn)
-        .await
-        .map_err(BackfillError::from)?;
-    let kafka = records::consumer_config(crate::sink::admin_client_config(
-        cfg.kafka.brokers.as_deref().unwrap_or_default(),
-        &cfg.kafka.properties,
-    )?);
-    let mut audits = Vec::new();
-    for table in &tables {
-        audits.push(audit_table(&client, &kafka, table, opts, progress).await?);
-    }
-    progress.finish();
-    let report = report::Report {
-        mode,
-        tables: audits,
-        elapsed: started.elapsed(),
+    let opts = AuditOptions {
+        since: args.since.clone(),
+        until: args.until.clone(),
+        time_column: args.time_column.clone(),
+        mode: args.mode.unwrap_or(cfg.relay.delivery),
+        keep_all_ids: args.format == Format::Json,
+        batch: args.batch,
     };
+    let report = crate::audit::run(cfg, source, &tables, &opts, progress).await?;
+    progress.finish();
     let code = report.exit_code();
-    let written = match opts.format {
+    let written = match args.format {
         Format::Text => report.write_text(out),
         Format::Json => report.write_json(out),
     };
     written.map_err(AuditError::Spill)?;
     Ok(code)
-}
-
-/// One table's comparison.
-async fn audit_table(
-    client: &tokio_postgres::Client,
-    kafka: &rdkafka::ClientConfig,
-    table: &OutboxTable,
-    opts: &AuditOptions,
-    progress: &Progress,
-) -> Result<report::TableAudit, AuditError> {
-    let started = Instant::now();
-    let mut mapper = RecordMapper::new(&table.columns, &table.routing, &table.ce_source())?;
-    // Without --until the range ends when the audit starts (PostgreSQL
-    // reads `now` once): rows committed meanwhile are left out, not missing.
-    let read_opts = BackfillOptions {
-        since: opts.since.clone(),
-        until: Some(opts.until.clone().unwrap_or_else(|| "now".into())),
-        dry_run: true,
-        time_column: opts.time_column.clone(),
-        batch: opts.batch,
-        table: None,
-    };
-    let mut reader = RowReader::open(
-        client,
-        table.table.schema(),
-        table.table.name(),
-        &table.columns,
-        &read_opts,
-    )
-    .await?
-    .with_paging(Paging::Cursor);
-    let (since, until) = reader.window();
-    let (since, until) = (since.to_owned(), until.map(str::to_owned));
-    let ms = |t: &str| parse_timestamp_ms(t.as_bytes()).ok_or_else(|| AuditError::Bound(t.into()));
-    let range = records::TimeRange {
-        since_ms: ms(&since)?,
-        until_ms: until.as_deref().map(ms).transpose()?,
-    };
-    let keep_all = opts.format == Format::Json;
-
-    let total = if progress.is_visible() {
-        Some(reader.count(client).await?)
-    } else {
-        None
-    };
-    progress.start_phase(&format!("rows of {}", table.label()), total);
-    let mut topics = rows::Topics::default();
-    let mut row_sort = spill::Sorter::new(SORT_BUDGET);
-    rows::read(
-        client,
-        &mut reader,
-        &mut mapper,
-        &mut topics,
-        &mut row_sort,
-        progress,
-    )
-    .await?;
-    let rows_took = started.elapsed();
-    let table_has_rows = row_sort.len() > 0 || has_rows(client, table).await?;
-    if row_sort.len() == 0 && table_has_rows {
-        let any_time = BackfillOptions {
-            since: "0001-01-01T00:00:00Z".into(),
-            until: None,
-            ..read_opts.clone()
-        };
-        let sample = RowReader::open(
-            client,
-            table.table.schema(),
-            table.table.name(),
-            &table.columns,
-            &any_time,
-        )
-        .await?;
-        rows::sample_topics(client, sample, &mut mapper, &mut topics).await?;
-    }
-    let spilled = row_sort.runs();
-
-    // The Kafka client blocks: off the runtime's threads.
-    let names = topics.names().to_vec();
-    let (kafka, names2, bar) = (kafka.clone(), names.clone(), progress.clone());
-    let read = tokio::task::spawn_blocking(move || {
-        let mut sort = spill::Sorter::new(SORT_BUDGET);
-        let counts = records::read(&kafka, &names2, range, &mut sort, &bar)?;
-        Ok::<_, AuditError>((sort, counts))
-    })
-    .await
-    .map_err(|e| AuditError::Spill(std::io::Error::other(e.to_string())))?;
-    let (record_sort, counts) = read?;
-    let records_took = started.elapsed() - rows_took;
-    let spilled = spilled + record_sort.runs();
-
-    let mut findings = compare::Findings::new(keep_all);
-    let names3 = names.clone();
-    let (findings, order_runs) = tokio::task::spawn_blocking(move || {
-        let mut order = spill::Sorter::new(SORT_BUDGET);
-        let rows = row_sort.finish()?;
-        let records = record_sort.finish()?;
-        compare::join(rows, records, &names3, &mut findings, &mut order)?;
-        let runs = order.runs();
-        compare::check_order(order.finish()?, &names3, &mut findings)?;
-        Ok::<_, std::io::Error>((findings, runs))
-    })
-    .await
-    .map_err(|e| AuditError::Spill(std::io::Error::other(e.to_string())))?
-    .map_err(AuditError::Spill)?;
-
-    Ok(report::TableAudit {
-        table: table.label(),
-        time_column: reader.time_column().to_owned(),
-        since,
-        until,
-        topics: names,
-        counts,
-        findings,
-        table_has_rows,
-        message_prefix: table.message_prefix.clone(),
-        spilled_runs: spilled + order_runs,
-        phases: [
-            rows_took,
-            records_took,
-            started.elapsed() - rows_took - records_took,
-        ],
-        elapsed: started.elapsed(),
-    })
-}
-
-/// Whether the table holds any row at all (when the range has none: an
-/// empty table means rows are not kept, and nothing can be audited).
-async fn has_rows(
-    client: &tokio_postgres::Client,
-    table: &OutboxTable,
-) -> Result<bool, AuditError> {
-    let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM {}.{})",
-        admin::quote_ident(table.table.schema()),
-        admin::quote_ident(table.table.name())
-    );
-    let row = client
-        .query_one(&sql, &[])
-        .await
-        .map_err(|source| BackfillError::Sql {
-            context: "looking for rows in the outbox table",
-            source,
-        })?;
-    Ok(row.get(0))
-}
-
-/// Seconds with one decimal, for reports.
-pub(crate) fn seconds(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
 }

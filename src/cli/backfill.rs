@@ -5,16 +5,15 @@
 //! to a new consumer" (consumers drop duplicates by the `id` header).
 //!
 //! Guarantees: rows are read in time order then storage order (see
-//! `query`) and enqueued in that order from this one task, so records of
-//! one key keep that order in their partition; every record's acknowledgement is awaited, and the
-//! [`Summary`] counts what was acked, dead-lettered, failed or never sent.
+//! `source::outbox_rows`) and enqueued in that order from this one task,
+//! so records of one key keep that order in their partition; every
+//! record's acknowledgement is awaited, and the [`Summary`] counts what was
+//! acked, dead-lettered, failed or never sent.
 //! Nothing is lost silently: a failed delivery stops the backfill (the rest
 //! is "not sent") and the exit code says so; running it again is safe.
 //!
 //! The slot is not involved: a backfill neither reads nor moves it.
 
-mod query;
-pub(crate) mod rows;
 mod send;
 
 use std::collections::BTreeMap;
@@ -26,12 +25,11 @@ use crate::config::{Config, OnError, OutboxTable};
 use crate::outbox::{KafkaRecord, MappingConfigError, OutboxEvent, RecordMapper};
 use crate::sink::SinkError;
 use crate::source::admin::{self, AdminError};
+use crate::source::outbox_rows::{ReadOptions, RowReader, RowsError};
 use crate::source::session::SourceSettings;
 
 pub use crate::cli::progress::Progress;
-
-/// Header on every backfilled record (and its dead-letter copies).
-pub const BACKFILL_HEADER: &str = "outboxd.backfill";
+pub use crate::outbox::BACKFILL_HEADER;
 
 /// Rows read per page: big enough that the round trips do not matter, small
 /// enough that a page of large payloads stays a few MB.
@@ -60,58 +58,14 @@ pub struct BackfillOptions {
 pub enum BackfillError {
     #[error(transparent)]
     Connect(#[from] AdminError),
-    #[error("{context}: {}", pg_message(.source))]
-    Sql {
-        context: &'static str,
-        #[source]
-        source: tokio_postgres::Error,
-    },
-    #[error(
-        "the outbox table {table} does not exist or is not visible to this role (outbox.table)"
-    )]
-    NoTable { table: String },
-    #[error(
-        "the outbox table {table} has no column `{column}` (from {from}) to choose rows by time: \
-         set outbox.columns.timestamp, or pass --time-column NAME"
-    )]
-    NoTimeColumn {
-        table: String,
-        column: String,
-        from: &'static str,
-    },
-    #[error(
-        "column `{column}` is of type {type_name}, which holds no time: pass --time-column with a \
-         timestamptz, timestamp, date or epoch-milliseconds bigint column"
-    )]
-    NotATime { column: String, type_name: String },
-    #[error("the outbox table {table} has no id column `{column}` (outbox.columns.id)")]
-    NoIdColumn { table: String, column: String },
-    #[error(
-        "{flag} {value:?} is not a time PostgreSQL reads: {reason}; use RFC 3339 \
-         (2026-12-01T10:00:00Z) or a timestamp literal (2026-12-01 10:00:00+00)"
-    )]
-    InvalidTime {
-        flag: &'static str,
-        value: String,
-        reason: String,
-    },
-    #[error("--until ({until}) is not after --since ({since}): the window holds no time")]
-    EmptyWindow { since: String, until: String },
+    #[error(transparent)]
+    Rows(#[from] RowsError),
     #[error("{0}")]
     TableChoice(String),
     #[error(transparent)]
     Mapping(#[from] MappingConfigError),
     #[error(transparent)]
     Sink(#[from] SinkError),
-}
-
-/// The server's message for a failed statement (tokio-postgres' own
-/// Display says only "db error").
-fn pg_message(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => db.message().to_owned(),
-        None => e.to_string(),
-    }
 }
 
 /// What a backfill did; printed as its last line whatever happened.
@@ -272,12 +226,18 @@ pub async fn run(
     let table = choose_table(cfg, opts.table.as_deref()).map_err(BackfillError::TableChoice)?;
     let mut mapper = RecordMapper::new(&table.columns, &table.routing, &table.ce_source())?;
     let client = admin::connect_sql(&source.conn).await?;
-    let mut reader = rows::RowReader::open(
+    let read = ReadOptions {
+        since: opts.since.clone(),
+        until: opts.until.clone(),
+        time_column: opts.time_column.clone(),
+        batch: opts.batch,
+    };
+    let mut reader = RowReader::open(
         &client,
         table.table.schema(),
         table.table.name(),
         &table.columns,
-        opts,
+        &read,
     )
     .await?;
     let (since, until) = reader.window();

@@ -10,6 +10,7 @@
 mod columns;
 mod kafka;
 mod postgres;
+mod postgres_facts;
 mod transactions;
 
 use std::io::Write;

@@ -61,6 +61,21 @@ impl Progress {
     }
 }
 
+/// The audit's phases, on the bar.
+impl crate::audit::ProgressReporter for Progress {
+    fn is_visible(&self) -> bool {
+        Progress::is_visible(self)
+    }
+
+    fn start_phase(&self, what: &str, total: Option<u64>) {
+        Progress::start_phase(self, what, total)
+    }
+
+    fn inc(&self, n: u64) {
+        Progress::inc(self, n)
+    }
+}
+
 /// A bar up to `total`, or a spinner when there is none.
 fn describe(bar: &ProgressBar, what: &str, total: Option<u64>) {
     let template = match total {

@@ -26,6 +26,9 @@ use crate::outbox::record::RecordHeader;
 
 /// Header carrying the event id, as Debezium's router names it.
 pub(crate) const ID_HEADER: &str = "id";
+/// Header on every record `outboxd backfill` sends (and its dead-letter
+/// copies): the audit tells such copies from the relay's duplicates by it.
+pub const BACKFILL_HEADER: &str = "outboxd.backfill";
 /// Distinct header names from the `headers` column remembered before the
 /// cache is emptied.
 pub(crate) const MAX_CACHED_HEADER_NAMES: usize = 1024;

@@ -54,6 +54,7 @@ mod delivery;
 pub(crate) mod error;
 mod ledger_reader;
 mod ledger_topic;
+pub(crate) mod probe;
 mod producer;
 mod send_now;
 mod topics;

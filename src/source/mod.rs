@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub(crate) mod driver;
+pub mod outbox_rows;
 pub mod pgoutput;
 pub mod replication;
 pub mod session;

@@ -8,7 +8,7 @@ use crate::config::routing::{parse_template, resolve_column, TemplatePart};
 use crate::config::OutboxTable;
 use crate::source::admin::{self, Issue, Target, TypeFit};
 
-use super::postgres::Facts;
+use super::postgres_facts::Facts;
 use super::{Line, Verdict};
 
 /// `(column, setting naming it, role for the type rules)` for every column

@@ -3,41 +3,29 @@
 //! ledger's topic is compacted or may be created so, and the cluster lets an
 //! idempotent producer in.
 //!
-//! Creating nothing: topic creation is asked with CreateTopics
-//! `validate_only`, and the idempotence probe is a producer that never
-//! produces. An idempotent producer asks for a producer id (InitProducerId)
-//! as soon as it reaches a broker; a cluster that refuses it (no
-//! IDEMPOTENT_WRITE, no WRITE on any topic) makes librdkafka raise a fatal
-//! error. librdkafka has no API for "the id was assigned", so the probe
-//! watches its `eos` debug log for the state change to `Assigned`.
+//! Creating nothing: the questions are asked by `sink::probe`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
-use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
-use rdkafka::ClientContext;
+use rdkafka::types::RDKafkaRespErr;
 
 use crate::config::routing::{parse_template, TemplatePart};
 use crate::config::{Config, OnError};
+use crate::sink::probe::producer_id::{producer_id, ProducerIdError};
+use crate::sink::probe::{admin_client, validate_topic_creation};
 use crate::sink::{
-    admin_client_config, inspect_ledger_topic, new_ledger_topic, producer_config, LedgerTopicError,
-    LedgerTopicState, QueueBound, SinkError, LEDGER_TOPIC_PARTITIONS,
+    inspect_ledger_topic, new_ledger_topic, LedgerTopicError, LedgerTopicState, SinkError,
+    LEDGER_TOPIC_PARTITIONS,
 };
 
 use super::Line;
 
 /// One metadata round trip, as the relay's topic manager allows.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
-/// For the producer id: a reachable cluster answers in well under a second.
-const PRODUCER_ID_TIMEOUT: Duration = Duration::from_secs(10);
-/// Between two looks at the probe's state.
-const PROBE_POLL: Duration = Duration::from_millis(100);
 
 pub(crate) fn skipped(why: &str) -> Vec<Line> {
     vec![
@@ -46,20 +34,6 @@ pub(crate) fn skipped(why: &str) -> Vec<Line> {
         Line::skip("ledger topic", why),
         Line::skip("idempotence", why),
     ]
-}
-
-/// The admin client `check` asks the cluster with, or why there is none.
-pub(super) fn admin_client(
-    brokers: &str,
-    cfg: &Config,
-) -> Result<Arc<AdminClient<DefaultClientContext>>, String> {
-    admin_client_config(brokers, &cfg.kafka.properties)
-        .map_err(|e| e.to_string())
-        .and_then(|c| {
-            c.create::<AdminClient<DefaultClientContext>>()
-                .map_err(|e| format!("cannot create the Kafka admin client: {e}"))
-        })
-        .map(Arc::new)
 }
 
 pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
@@ -214,7 +188,7 @@ async fn topic_line(
                 cfg.kafka.topic_partitions,
                 TopicReplication::Fixed(cfg.kafka.topic_replication_factor),
             );
-            match validate_creation(admin, &new).await {
+            match validate_topic_creation(admin, &new).await {
                 Ok(()) => Line::ok(
                     "topics",
                     format!(
@@ -247,30 +221,6 @@ async fn topic_line(
     }
 }
 
-/// CreateTopics with `validate_only`: the broker runs every check (ACLs,
-/// partitions, replication factor against live brokers, policies) and
-/// creates nothing.
-async fn validate_creation(
-    admin: &AdminClient<DefaultClientContext>,
-    new: &NewTopic<'_>,
-) -> Result<(), RDKafkaErrorCode> {
-    let options = AdminOptions::new()
-        .validate_only(true)
-        .operation_timeout(Some(METADATA_TIMEOUT))
-        .request_timeout(Some(METADATA_TIMEOUT));
-    let results = admin
-        .create_topics([new], &options)
-        .await
-        .map_err(|e| e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail))?;
-    for result in results {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((_, code)) => return Err(code),
-        }
-    }
-    Ok(())
-}
-
 /// The position ledger's topic (`kafka.ledger_topic`): compacted, or
 /// missing and creatable so (validated, not created).
 async fn ledger_line(admin: &Arc<AdminClient<DefaultClientContext>>, cfg: &Config) -> Line {
@@ -297,7 +247,7 @@ async fn ledger_line(admin: &Arc<AdminClient<DefaultClientContext>>, cfg: &Confi
         ),
         Ok(LedgerTopicState::Missing) => {
             let new = new_ledger_topic(topic, cfg.kafka.topic_replication_factor);
-            match validate_creation(admin, &new).await {
+            match validate_topic_creation(admin, &new).await {
                 Ok(()) => Line::ok(
                     NAME,
                     format!(
@@ -320,78 +270,13 @@ async fn ledger_line(admin: &Arc<AdminClient<DefaultClientContext>>, cfg: &Confi
     }
 }
 
-/// Watches the idempotence state machine in librdkafka's debug log.
-#[derive(Default)]
-struct Probe {
-    assigned: AtomicBool,
-}
-
-impl ClientContext for Probe {
-    fn log(&self, _: RDKafkaLogLevel, fac: &str, message: &str) {
-        // "Idempotent producer state change WaitPID -> Assigned"
-        if fac == "IDEMPSTATE" && message.ends_with("-> Assigned") {
-            self.assigned.store(true, Ordering::Release);
-        }
-    }
-
-    fn error(&self, _: KafkaError, _: &str) {}
-}
-
-impl ProducerContext for Probe {
-    type DeliveryOpaque = ();
-    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: ()) {}
-}
-
 async fn idempotence_line(brokers: &str, cfg: &Config) -> Line {
-    // The relay's own producer configuration, so a property it would refuse
-    // or that breaks the connection shows up here too.
-    let window = QueueBound::of(&cfg.relay);
-    let mut config = match producer_config(brokers, &cfg.kafka.properties, window) {
-        Ok(c) => c,
-        Err(e) => return Line::fail("idempotence", e),
-    };
-    config
-        .set("debug", "eos")
-        .set_log_level(RDKafkaLogLevel::Debug);
-    let producer: BaseProducer<Probe> = match config.create_with_context(Probe::default()) {
-        Ok(p) => p,
-        Err(e) => {
-            return Line::fail(
-                "idempotence",
-                SinkError::Client {
-                    client: "producer",
-                    source: e,
-                },
-            )
-        }
-    };
-    let outcome = tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + PRODUCER_ID_TIMEOUT;
-        loop {
-            // Serves the log events the probe watches.
-            producer.poll(PROBE_POLL);
-            if let Some((code, reason)) = producer.client().fatal_error() {
-                return Err(format!("{reason} ({code:?})"));
-            }
-            if producer.context().assigned.load(Ordering::Acquire) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "no producer id within {}s",
-                    PRODUCER_ID_TIMEOUT.as_secs()
-                ));
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|e| Err(e.to_string()));
-    match outcome {
+    match producer_id(brokers, cfg).await {
         Ok(()) => Line::ok(
             "idempotence",
             "an idempotent producer (the relay's settings) was given a producer id; nothing was produced",
         ),
-        Err(reason) => Line::fail(
+        Err(ProducerIdError::Refused(reason)) => Line::fail(
             "idempotence",
             format!(
                 "the cluster did not let an idempotent producer in: {reason}; grant the principal \
@@ -399,5 +284,6 @@ async fn idempotence_line(brokers: &str, cfg: &Config) -> Line {
                  that every broker runs Kafka 0.11 or newer"
             ),
         ),
+        Err(e) => Line::fail("idempotence", e),
     }
 }

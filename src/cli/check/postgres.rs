@@ -4,12 +4,11 @@
 //! make are the same [`AdminError`]s it makes, word for word.
 
 use crate::config::Config;
-use crate::source::admin::{
-    self, AdminError, Issue, PublicationFacts, ServerFacts, SlotInfo, TableFacts, Target,
-};
+use crate::source::admin::{self, AdminError, Issue, ServerFacts, Target};
 use crate::source::replication;
 use crate::source::session::SourceSettings;
 
+use super::postgres_facts::{gather, Facts};
 use super::{Line, Verdict};
 
 /// The checks of this half, in output order.
@@ -29,36 +28,6 @@ const NAMES: [&str; 10] = [
 /// Every line of this half as `skip`.
 pub(crate) fn skipped(why: &str) -> Vec<Line> {
     NAMES.iter().map(|n| Line::skip(n, why)).collect()
-}
-
-pub(super) struct Facts {
-    pub server: ServerFacts,
-    pub table: Option<TableFacts>,
-    pub publication: Option<PublicationFacts>,
-    pub slot: Option<SlotInfo>,
-    pub lag_bytes: Option<i64>,
-    pub sync: Option<admin::SyncFacts>,
-}
-
-async fn gather(client: &tokio_postgres::Client, t: &Target<'_>) -> Result<Facts, AdminError> {
-    let server = admin::server_facts(client).await?;
-    let table = admin::table_facts(client, t).await?;
-    let publication = admin::publication_facts(client, t, server.version_num).await?;
-    let slot = admin::slot_info(client, t.slot).await?;
-    let lag_bytes = admin::slot_lag_bytes(client, t.slot).await?;
-    let sync = if server.version_num >= admin::FAILOVER_SLOT_VERSION_NUM {
-        Some(admin::sync_facts(client).await?)
-    } else {
-        None
-    };
-    Ok(Facts {
-        server,
-        table,
-        publication,
-        slot,
-        lag_bytes,
-        sync,
-    })
 }
 
 /// The lines of this half, and PostgreSQL's system identifier when

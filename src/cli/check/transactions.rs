@@ -16,14 +16,12 @@
 //! state log that cannot be written would only make the probe wait out its
 //! timeout.
 
-mod cluster;
-
-use std::time::Duration;
-
-use rdkafka::types::RDKafkaErrorCode;
-
 use crate::config::kafka::DEFAULT_TRANSACTION_TIMEOUT_MS;
 use crate::config::Config;
+use crate::sink::probe::admin_client;
+use crate::sink::probe::init_transactions::{
+    init_transactions, transaction_facts, Probe, TransactionFacts, PROBE_TIMEOUT, STATE_LOG,
+};
 use crate::sink::{producer_config, QueueBound};
 
 use super::{Line, Verdict};
@@ -38,15 +36,8 @@ pub(crate) const NAMES: [&str; 4] = [
 
 /// Appended to the relay's transactional id for the probe's.
 pub(crate) const PROBE_SUFFIX: &str = ".check";
-/// The topic Kafka keeps transactions' state in.
-const STATE_LOG: &str = "__transaction_state";
 /// Kafka's default `transaction.max.timeout.ms` (15 minutes).
 const KAFKA_DEFAULT_MAX_TIMEOUT_MS: u64 = 900_000;
-/// Metadata and DescribeConfigs round trips.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// InitProducerId: a healthy coordinator answers in well under a second; one
-/// that cannot write its log makes librdkafka retry until this passes.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
 pub(crate) fn skipped(why: &str) -> Vec<Line> {
     NAMES.iter().map(|n| Line::skip(n, why)).collect()
@@ -57,16 +48,6 @@ pub(crate) fn skipped(why: &str) -> Vec<Line> {
 pub(crate) struct TransactionalId {
     pub id: String,
     pub origin: &'static str,
-}
-
-/// The brokers' transaction settings (DescribeConfigs of every broker),
-/// combined the strict way: a transaction may land on any broker's
-/// coordinator, so the lowest maximum and the highest requirements count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BrokerSettings {
-    pub replication_factor: i32,
-    pub min_isr: i32,
-    pub max_timeout_ms: u64,
 }
 
 /// The producer's timeouts the transactions depend on.
@@ -81,72 +62,12 @@ pub(crate) struct Timeouts {
     pub message_ms: Option<u64>,
 }
 
-/// What the cluster looks like before the probe.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Facts {
-    pub brokers: usize,
-    /// `Err`: DescribeConfigs refused or failed (the reason).
-    pub settings: Result<BrokerSettings, String>,
-    /// `__transaction_state`: `None` when it does not exist yet, else the
-    /// in-sync replica count of each partition; `Err`: metadata refused.
-    pub state_log: Result<Option<Vec<usize>>, String>,
-}
-
-/// What initialising the throwaway transactional id said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Probe {
-    /// Not run, because the state log cannot be written.
-    NotRun,
-    Initialised,
-    /// The brokers do not know the transactional requests.
-    Unsupported(String),
-    /// No coordinator could register the id (state log not writable,
-    /// brokers overloaded).
-    NoCoordinator(String),
-    /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
-    Unauthorized(String),
-    /// INVALID_TRANSACTION_TIMEOUT.
-    TimeoutRefused(String),
-    Failed(String),
-}
-
-impl Probe {
-    fn from_error(code: RDKafkaErrorCode, message: String) -> Probe {
-        use RDKafkaErrorCode as C;
-        let message = format!("{message} ({code:?})");
-        match code {
-            C::TransactionalIdAuthorizationFailed => Probe::Unauthorized(message),
-            C::InvalidTransactionTimeout => Probe::TimeoutRefused(message),
-            C::UnsupportedVersion | C::UnsupportedFeature | C::UnsupportedForMessageFormat => {
-                Probe::Unsupported(message)
-            }
-            C::CoordinatorNotAvailable
-            | C::NotCoordinator
-            | C::CoordinatorLoadInProgress
-            | C::NotEnoughReplicas
-            | C::NotEnoughReplicasAfterAppend
-            | C::OperationTimedOut
-            | C::RequestTimedOut => Probe::NoCoordinator(message),
-            _ => Probe::Failed(message),
-        }
-    }
-
-    /// The coordinator answered InitProducerId (yes or no): transactions
-    /// work on the cluster.
-    fn coordinator_answered(&self) -> bool {
-        matches!(
-            self,
-            Probe::Initialised | Probe::Unauthorized(_) | Probe::TimeoutRefused(_)
-        )
-    }
-}
-
 pub(crate) async fn check(
     brokers: String,
     cfg: Config,
     id: Result<TransactionalId, String>,
 ) -> Vec<Line> {
-    let admin = match super::kafka::admin_client(&brokers, &cfg) {
+    let admin = match admin_client(&brokers, &cfg) {
         Ok(admin) => admin,
         Err(e) => {
             let mut lines = skipped("no Kafka client (see kafka)");
@@ -154,7 +75,7 @@ pub(crate) async fn check(
             return lines;
         }
     };
-    let facts = cluster::facts(&admin).await;
+    let facts = transaction_facts(&admin).await;
     let timeouts = match configured_timeouts(&brokers, &cfg) {
         Ok(t) => t,
         Err(line) => {
@@ -166,7 +87,7 @@ pub(crate) async fn check(
     let state_log = state_log_line(&facts);
     let probe = match &id {
         Ok(id) if state_log.verdict != Verdict::Fail => {
-            cluster::run_probe(&brokers, &cfg, &format!("{}{PROBE_SUFFIX}", id.id)).await
+            init_transactions(&brokers, &cfg, &format!("{}{PROBE_SUFFIX}", id.id)).await
         }
         _ => Probe::NotRun,
     };
@@ -176,7 +97,7 @@ pub(crate) async fn check(
 /// The four lines, from the facts and the probe.
 pub(crate) fn decide(
     cfg: &Config,
-    facts: &Facts,
+    facts: &TransactionFacts,
     state_log: Line,
     timeouts: Timeouts,
     id: Result<TransactionalId, String>,
@@ -298,7 +219,7 @@ fn configured_timeouts(brokers: &str, cfg: &Config) -> Result<Timeouts, Line> {
     })
 }
 
-fn timeout_line(cfg: &Config, facts: &Facts, timeouts: Timeouts, probe: &Probe) -> Line {
+fn timeout_line(cfg: &Config, facts: &TransactionFacts, timeouts: Timeouts, probe: &Probe) -> Line {
     const NAME: &str = "txn timeout";
     let (configured, origin) = (timeouts.transaction_ms, timeouts.origin);
     let setting = format!("transaction.timeout.ms = {configured} ({origin})");
@@ -363,7 +284,7 @@ fn timeout_line(cfg: &Config, facts: &Facts, timeouts: Timeouts, probe: &Probe) 
 
 /// Whether `__transaction_state` can be written: it exists with enough
 /// in-sync replicas in every partition, or the brokers can create it.
-pub(crate) fn state_log_line(facts: &Facts) -> Line {
+pub(crate) fn state_log_line(facts: &TransactionFacts) -> Line {
     const NAME: &str = "txn state log";
     let brokers = facts.brokers;
     let settings = match &facts.settings {

@@ -1,7 +1,8 @@
 use super::*;
+use crate::sink::probe::init_transactions::BrokerSettings;
 
-fn facts(settings: Option<BrokerSettings>, state_log: Option<Vec<usize>>) -> Facts {
-    Facts {
+fn facts(settings: Option<BrokerSettings>, state_log: Option<Vec<usize>>) -> TransactionFacts {
+    TransactionFacts {
         brokers: 1,
         settings: settings.ok_or_else(|| "ClusterAuthorizationFailed".to_owned()),
         state_log: Ok(state_log),
@@ -29,7 +30,7 @@ fn id() -> Result<TransactionalId, String> {
     })
 }
 
-fn lines(f: &Facts, t: Timeouts, probe: Probe) -> Vec<Line> {
+fn lines(f: &TransactionFacts, t: Timeouts, probe: Probe) -> Vec<Line> {
     let cfg = Config::default();
     decide(&cfg, f, state_log_line(f), t, id(), &probe)
 }
@@ -150,24 +151,4 @@ fn without_the_system_identifier_the_id_lines_are_skipped() {
         [Verdict::Skip, Verdict::Ok, Verdict::Skip, Verdict::Ok],
         "{l:?}"
     );
-}
-
-#[test]
-fn probe_errors_are_told_apart() {
-    use RDKafkaErrorCode as C;
-    let p = |c| Probe::from_error(c, "m".into());
-    assert!(matches!(
-        p(C::TransactionalIdAuthorizationFailed),
-        Probe::Unauthorized(_)
-    ));
-    assert!(matches!(
-        p(C::InvalidTransactionTimeout),
-        Probe::TimeoutRefused(_)
-    ));
-    assert!(matches!(p(C::UnsupportedVersion), Probe::Unsupported(_)));
-    assert!(matches!(
-        p(C::CoordinatorNotAvailable),
-        Probe::NoCoordinator(_)
-    ));
-    assert!(matches!(p(C::SaslAuthenticationFailed), Probe::Failed(_)));
 }

@@ -1,4 +1,5 @@
-//! The SQL of a backfill, built from the table's shape (pure).
+//! The SQL that reads a window of outbox rows, built from the table's
+//! shape (pure).
 //!
 //! Rows are read with the simple query protocol, whose results are each
 //! value's output function text: exactly what pgoutput (protocol 1) sends.
@@ -14,7 +15,7 @@
 //! the last `ANALYZE`) PostgreSQL sorts every row left in the window for
 //! each page, quadratic in the window. A reader that waits on nothing
 //! between pages (the audit) reads [`PageQuery::ordered`] instead, once,
-//! through a cursor (see `rows::Paging`).
+//! through a cursor (see [`Paging`](super::Paging)).
 //!
 //! Rows with the same time (the rows of one
 //! transaction share `now()`) go by `ctid`, the order they are stored in:

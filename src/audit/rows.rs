@@ -8,10 +8,9 @@ use tokio_postgres::Client;
 
 use super::entries::{RowEntry, UNMAPPABLE};
 use super::spill::Sorter;
-use super::AuditError;
-use super::Progress;
-use crate::cli::backfill::rows::RowReader;
+use super::{AuditError, ProgressReporter};
 use crate::outbox::RecordMapper;
+use crate::source::outbox_rows::RowReader;
 
 /// The topics the rows route to, each with its index in the entries.
 #[derive(Debug, Default)]
@@ -62,7 +61,7 @@ pub(crate) async fn read(
     mapper: &mut RecordMapper,
     topics: &mut Topics,
     sorter: &mut Sorter<RowEntry>,
-    progress: &Progress,
+    progress: &impl ProgressReporter,
 ) -> Result<(), AuditError> {
     let mut rank = 0u64;
     loop {

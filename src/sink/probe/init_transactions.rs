@@ -1,8 +1,11 @@
-//! What `outboxd check` learns from the cluster for the exactly-once lines:
-//! the brokers' transaction settings, `__transaction_state`'s metadata, and
-//! the probe's InitProducerId under the throwaway transactional id.
+//! Whether Kafka transactions work on the cluster, as `outboxd check` asks
+//! before `relay.delivery = "exactly-once"`: the brokers' transaction
+//! settings, `__transaction_state`'s metadata, and InitProducerId under a
+//! throwaway transactional id (never the relay's own: initialising it bumps
+//! its epoch and fences a running outboxd). Nothing is produced.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
@@ -12,11 +15,91 @@ use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 
-use super::{BrokerSettings, Facts, Probe, PROBE_TIMEOUT, REQUEST_TIMEOUT, STATE_LOG};
 use crate::config::Config;
 use crate::sink::{producer_config, QueueBound};
 
-pub(super) async fn facts(admin: &Arc<AdminClient<DefaultClientContext>>) -> Facts {
+/// The topic Kafka keeps transactions' state in.
+pub(crate) const STATE_LOG: &str = "__transaction_state";
+/// Metadata and DescribeConfigs round trips.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// InitProducerId: a healthy coordinator answers in well under a second; one
+/// that cannot write its log makes librdkafka retry until this passes.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The brokers' transaction settings (DescribeConfigs of every broker),
+/// combined the strict way: a transaction may land on any broker's
+/// coordinator, so the lowest maximum and the highest requirements count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BrokerSettings {
+    pub replication_factor: i32,
+    pub min_isr: i32,
+    pub max_timeout_ms: u64,
+}
+
+/// What the cluster looks like before the probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TransactionFacts {
+    pub brokers: usize,
+    /// `Err`: DescribeConfigs refused or failed (the reason).
+    pub settings: Result<BrokerSettings, String>,
+    /// `__transaction_state`: `None` when it does not exist yet, else the
+    /// in-sync replica count of each partition; `Err`: metadata refused.
+    pub state_log: Result<Option<Vec<usize>>, String>,
+}
+
+/// What initialising the throwaway transactional id said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// Not run, because the state log cannot be written.
+    NotRun,
+    Initialised,
+    /// The brokers do not know the transactional requests.
+    Unsupported(String),
+    /// No coordinator could register the id (state log not writable,
+    /// brokers overloaded).
+    NoCoordinator(String),
+    /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    Unauthorized(String),
+    /// INVALID_TRANSACTION_TIMEOUT.
+    TimeoutRefused(String),
+    Failed(String),
+}
+
+impl Probe {
+    pub(crate) fn from_error(code: RDKafkaErrorCode, message: String) -> Probe {
+        use RDKafkaErrorCode as C;
+        let message = format!("{message} ({code:?})");
+        match code {
+            C::TransactionalIdAuthorizationFailed => Probe::Unauthorized(message),
+            C::InvalidTransactionTimeout => Probe::TimeoutRefused(message),
+            C::UnsupportedVersion | C::UnsupportedFeature | C::UnsupportedForMessageFormat => {
+                Probe::Unsupported(message)
+            }
+            C::CoordinatorNotAvailable
+            | C::NotCoordinator
+            | C::CoordinatorLoadInProgress
+            | C::NotEnoughReplicas
+            | C::NotEnoughReplicasAfterAppend
+            | C::OperationTimedOut
+            | C::RequestTimedOut => Probe::NoCoordinator(message),
+            _ => Probe::Failed(message),
+        }
+    }
+
+    /// The coordinator answered InitProducerId (yes or no): transactions
+    /// work on the cluster.
+    pub(crate) fn coordinator_answered(&self) -> bool {
+        matches!(
+            self,
+            Probe::Initialised | Probe::Unauthorized(_) | Probe::TimeoutRefused(_)
+        )
+    }
+}
+
+/// The cluster's transaction settings and state log, before the probe.
+pub(crate) async fn transaction_facts(
+    admin: &Arc<AdminClient<DefaultClientContext>>,
+) -> TransactionFacts {
     let metadata = {
         let admin = Arc::clone(admin);
         tokio::task::spawn_blocking(move || {
@@ -37,7 +120,7 @@ pub(super) async fn facts(admin: &Arc<AdminClient<DefaultClientContext>>) -> Fac
         Ok(m) => m,
         Err(e) => {
             let e = format!("no metadata: {e}");
-            return Facts {
+            return TransactionFacts {
                 brokers: 0,
                 settings: Err(e.clone()),
                 state_log: Err(e),
@@ -54,7 +137,7 @@ pub(super) async fn facts(admin: &Arc<AdminClient<DefaultClientContext>>) -> Fac
             code => Err(format!("{code:?}")),
         },
     };
-    Facts {
+    TransactionFacts {
         brokers: ids.len(),
         settings: broker_settings(admin, &ids).await,
         state_log,
@@ -121,7 +204,7 @@ impl ProducerContext for Quiet {
 
 /// Initialises transactions under `probe_id` with the relay's producer
 /// settings; produces nothing.
-pub(super) async fn run_probe(brokers: &str, cfg: &Config, probe_id: &str) -> Probe {
+pub(crate) async fn init_transactions(brokers: &str, cfg: &Config, probe_id: &str) -> Probe {
     let mut config =
         match producer_config(brokers, &cfg.kafka.properties, QueueBound::of(&cfg.relay)) {
             Ok(c) => c,
@@ -147,4 +230,29 @@ pub(super) async fn run_probe(brokers: &str, cfg: &Config, probe_id: &str) -> Pr
     })
     .await
     .unwrap_or_else(|e| Probe::Failed(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_errors_are_told_apart() {
+        use RDKafkaErrorCode as C;
+        let p = |c| Probe::from_error(c, "m".into());
+        assert!(matches!(
+            p(C::TransactionalIdAuthorizationFailed),
+            Probe::Unauthorized(_)
+        ));
+        assert!(matches!(
+            p(C::InvalidTransactionTimeout),
+            Probe::TimeoutRefused(_)
+        ));
+        assert!(matches!(p(C::UnsupportedVersion), Probe::Unsupported(_)));
+        assert!(matches!(
+            p(C::CoordinatorNotAvailable),
+            Probe::NoCoordinator(_)
+        ));
+        assert!(matches!(p(C::SaslAuthenticationFailed), Probe::Failed(_)));
+    }
 }

@@ -10,7 +10,8 @@ use serde::Serialize;
 use super::compare::Findings;
 use super::listing::{Listing, SHOWN};
 use super::records::RecordCounts;
-use super::{seconds, DeliveryMode, EXIT_CANNOT, EXIT_CLEAN, EXIT_FOUND};
+use super::{EXIT_CANNOT, EXIT_CLEAN, EXIT_FOUND};
+use crate::config::DeliveryMode;
 
 /// Where the operator reads what to do next.
 const RUNBOOK: &str = "docs/operations.md, \"After an incident\"";
@@ -107,16 +108,18 @@ impl TableAudit {
     }
 }
 
-pub(crate) struct Report {
-    pub mode: DeliveryMode,
-    pub tables: Vec<TableAudit>,
-    pub elapsed: Duration,
+/// Every table's audit: the verdicts, the exit code, and the report for a
+/// person or a program.
+pub struct Report {
+    pub(crate) mode: DeliveryMode,
+    pub(crate) tables: Vec<TableAudit>,
+    pub(crate) elapsed: Duration,
 }
 
 impl Report {
     /// [`EXIT_FOUND`] if a table is incomplete, else [`EXIT_CANNOT`] if a
     /// table could not be audited, else [`EXIT_CLEAN`].
-    pub(crate) fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> u8 {
         let verdicts: Vec<Verdict> = self.tables.iter().map(|t| t.verdict(self.mode)).collect();
         if verdicts.iter().any(|v| matches!(v, Verdict::Incomplete(_))) {
             EXIT_FOUND
@@ -130,7 +133,8 @@ impl Report {
         }
     }
 
-    pub(crate) fn write_text(mut self, out: &mut dyn Write) -> io::Result<()> {
+    /// Counts and the first ids of each list.
+    pub fn write_text(mut self, out: &mut dyn Write) -> io::Result<()> {
         let mode = self.mode;
         let (mut rows, mut delivered, mut missing, mut dup, mut order) = (0, 0, 0, 0, 0);
         for t in &mut self.tables {
@@ -154,17 +158,19 @@ impl Report {
             self.tables.len(),
             if self.tables.len() == 1 { "" } else { "s" },
             seconds(self.elapsed),
-            mode.name(),
+            mode_name(mode),
             self.exit_code()
         )
     }
 
-    pub(crate) fn write_json(mut self, out: &mut dyn Write) -> io::Result<()> {
+    /// One JSON object with every id kept (all of them with
+    /// [`AuditOptions::keep_all_ids`](super::AuditOptions::keep_all_ids)).
+    pub fn write_json(mut self, out: &mut dyn Write) -> io::Result<()> {
         let code = self.exit_code();
         write!(
             out,
             "{{\"delivery_mode\":{},\"exit_code\":{code},\"elapsed_seconds\":{:.3},\"tables\":[",
-            json(&self.mode.name())?,
+            json(mode_name(self.mode))?,
             self.elapsed.as_secs_f64()
         )?;
         let mode = self.mode;
@@ -176,6 +182,19 @@ impl Report {
         }
         writeln!(out, "]}}")
     }
+}
+
+/// The mode as `relay.delivery` spells it.
+fn mode_name(mode: DeliveryMode) -> &'static str {
+    match mode {
+        DeliveryMode::AtLeastOnce => "at-least-once",
+        DeliveryMode::ExactlyOnce => "exactly-once",
+    }
+}
+
+/// Seconds with one decimal, for reports.
+fn seconds(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
 }
 
 fn json<T: Serialize + ?Sized>(v: &T) -> io::Result<String> {

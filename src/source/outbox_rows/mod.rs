@@ -1,19 +1,39 @@
-//! Reading the outbox table for a backfill: the table's shape, the time
-//! column, the window, and pages of rows as [`OutboxEvent`]s the mapper
-//! takes exactly as it takes pgoutput's.
+//! The outbox rows still in the table whose time column falls in a window,
+//! read on an ordinary SQL connection: the table's shape, the time column,
+//! the window, and pages of rows as [`OutboxEvent`]s the mapper takes
+//! exactly as it takes pgoutput's. `outboxd backfill` sends them again;
+//! `outboxd audit` compares them with what Kafka holds.
+
+mod error;
+mod query;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use super::query::{literal, Column, PageQuery, TimeKind};
-use super::{pg_message, BackfillError, BackfillOptions};
+use self::error::pg_message;
+pub use self::error::RowsError;
+use self::query::{literal, Column, PageQuery, TimeKind};
 use crate::config::outbox::ColumnsConfig;
 use crate::outbox::mapper::CREATED_AT_COLUMN;
 use crate::outbox::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
 use crate::source::admin::quote_ident;
 use crate::Lsn;
+
+/// The window a [`RowReader`] reads, and how many rows a page holds.
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    /// Lower bound (inclusive), anything a `timestamptz` literal takes.
+    pub since: String,
+    /// Upper bound (exclusive); none = up to now and on.
+    pub until: Option<String>,
+    /// The column the window applies to, over `outbox.columns.timestamp`
+    /// and `created_at`.
+    pub time_column: Option<String>,
+    /// Rows per page (at least one).
+    pub batch: usize,
+}
 
 /// Where the time column comes from, for errors that name the fix.
 pub(crate) const TIME_COLUMN_FLAG: &str = "--time-column";
@@ -62,8 +82,8 @@ impl RowReader {
         schema: &str,
         name: &str,
         columns_cfg: &ColumnsConfig,
-        opts: &BackfillOptions,
-    ) -> Result<RowReader, BackfillError> {
+        opts: &ReadOptions,
+    ) -> Result<RowReader, RowsError> {
         let id_column = columns_cfg.id.as_str();
         let (since, until, batch) = (opts.since.as_str(), opts.until.as_deref(), opts.batch);
         let table = format!("{}.{}", quote_ident(schema), quote_ident(name));
@@ -75,18 +95,18 @@ impl RowReader {
             (None, Some(c)) => (c, "outbox.columns.timestamp"),
             (None, None) => (CREATED_AT_COLUMN, "the default"),
         };
-        let time = find(time_name).ok_or_else(|| BackfillError::NoTimeColumn {
+        let time = find(time_name).ok_or_else(|| RowsError::NoTimeColumn {
             table: format!("{schema}.{name}"),
             column: time_name.to_owned(),
             from,
         })?;
         let time_kind =
-            TimeKind::of(columns[time].type_oid).ok_or_else(|| BackfillError::NotATime {
+            TimeKind::of(columns[time].type_oid).ok_or_else(|| RowsError::NotATime {
                 column: time_name.to_owned(),
                 type_name: columns[time].type_name.clone(),
             })?;
         // The mapper needs it: say so before reading anything.
-        find(id_column).ok_or_else(|| BackfillError::NoIdColumn {
+        find(id_column).ok_or_else(|| RowsError::NoIdColumn {
             table: format!("{schema}.{name}"),
             column: id_column.to_owned(),
         })?;
@@ -103,7 +123,7 @@ impl RowReader {
             );
             let ordered = simple(client, &sql, "comparing --since and --until").await?;
             if ordered.first().and_then(|r| r.first().cloned().flatten()) != Some("t".into()) {
-                return Err(BackfillError::EmptyWindow {
+                return Err(RowsError::EmptyWindow {
                     since,
                     until: until.clone(),
                 });
@@ -159,7 +179,7 @@ impl RowReader {
 
     /// Rows in the window now (for the progress bar; rows written meanwhile
     /// may add to it).
-    pub(crate) async fn count(&self, client: &Client) -> Result<u64, BackfillError> {
+    pub(crate) async fn count(&self, client: &Client) -> Result<u64, RowsError> {
         let rows = simple(client, &self.query.count(), "counting the rows to backfill").await?;
         Ok(rows
             .first()
@@ -172,7 +192,7 @@ impl RowReader {
     pub(crate) async fn next_page(
         &mut self,
         client: &Client,
-    ) -> Result<Vec<OutboxEvent>, BackfillError> {
+    ) -> Result<Vec<OutboxEvent>, RowsError> {
         if self.done {
             return Ok(Vec::new());
         }
@@ -207,7 +227,7 @@ impl RowReader {
 
     /// The cursor's next page, the cursor declared first. A failed
     /// statement rolls the transaction back, so the connection is usable.
-    async fn fetch(&mut self, client: &Client) -> Result<Vec<Vec<Option<String>>>, BackfillError> {
+    async fn fetch(&mut self, client: &Client) -> Result<Vec<Vec<Option<String>>>, RowsError> {
         let result = if self.in_cursor {
             let sql = format!("FETCH FORWARD {} FROM {CURSOR}", self.query.batch);
             simple(client, &sql, "reading outbox rows").await
@@ -257,6 +277,28 @@ impl RowReader {
     }
 }
 
+/// Whether the table holds any row at all, whatever its time (an audit
+/// whose range has none asks: an empty table means rows are not kept).
+pub(crate) async fn table_has_rows(
+    client: &Client,
+    schema: &str,
+    name: &str,
+) -> Result<bool, RowsError> {
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM {}.{})",
+        quote_ident(schema),
+        quote_ident(name)
+    );
+    let row = client
+        .query_one(&sql, &[])
+        .await
+        .map_err(|source| RowsError::Sql {
+            context: "looking for rows in the outbox table",
+            source,
+        })?;
+    Ok(row.get(0))
+}
+
 fn now_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -266,11 +308,7 @@ fn now_us() -> i64 {
 
 /// The table's columns as pgoutput describes them: not dropped, not
 /// generated (pgoutput leaves generated columns out), in column order.
-async fn columns(
-    client: &Client,
-    table: &str,
-    display: &str,
-) -> Result<Vec<Column>, BackfillError> {
+async fn columns(client: &Client, table: &str, display: &str) -> Result<Vec<Column>, RowsError> {
     let rows = client
         .query(
             "SELECT a.attname::text, a.atttypid::oid, format_type(a.atttypid, a.atttypmod) \
@@ -281,12 +319,12 @@ async fn columns(
             &[&table],
         )
         .await
-        .map_err(|source| BackfillError::Sql {
+        .map_err(|source| RowsError::Sql {
             context: "looking up the outbox table",
             source,
         })?;
     if rows.is_empty() {
-        return Err(BackfillError::NoTable {
+        return Err(RowsError::NoTable {
             table: display.to_owned(),
         });
     }
@@ -302,12 +340,12 @@ async fn columns(
 
 /// A `--since` / `--until` value as an absolute `timestamptz`, read once
 /// (so `yesterday` or `now` means the same on every page).
-async fn bound(client: &Client, flag: &'static str, text: &str) -> Result<String, BackfillError> {
+async fn bound(client: &Client, flag: &'static str, text: &str) -> Result<String, RowsError> {
     let sql = format!("SELECT {}::timestamptz", literal(text));
     let rows = client
         .simple_query(&sql)
         .await
-        .map_err(|source| BackfillError::InvalidTime {
+        .map_err(|source| RowsError::InvalidTime {
             flag,
             value: text.to_owned(),
             reason: pg_message(&source),
@@ -317,7 +355,7 @@ async fn bound(client: &Client, flag: &'static str, text: &str) -> Result<String
             SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
             _ => None,
         })
-        .ok_or_else(|| BackfillError::InvalidTime {
+        .ok_or_else(|| RowsError::InvalidTime {
             flag,
             value: text.to_owned(),
             reason: "PostgreSQL returned no value".into(),
@@ -329,11 +367,11 @@ async fn simple(
     client: &Client,
     sql: &str,
     context: &'static str,
-) -> Result<Vec<Vec<Option<String>>>, BackfillError> {
+) -> Result<Vec<Vec<Option<String>>>, RowsError> {
     let messages = client
         .simple_query(sql)
         .await
-        .map_err(|source| BackfillError::Sql { context, source })?;
+        .map_err(|source| RowsError::Sql { context, source })?;
     Ok(messages
         .into_iter()
         .filter_map(|m| match m {

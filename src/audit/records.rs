@@ -17,10 +17,9 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::entries::RecordEntry;
 use super::spill::Sorter;
-use super::AuditError;
-use super::Progress;
-use crate::cli::backfill::BACKFILL_HEADER;
+use super::{AuditError, ProgressReporter};
 use crate::outbox::mapper::ID_HEADER;
+use crate::outbox::BACKFILL_HEADER;
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(30);
 /// The audit gives up when no record arrives for this long while partitions
@@ -91,7 +90,7 @@ pub(crate) fn read(
     topics: &[String],
     range: TimeRange,
     sorter: &mut Sorter<RecordEntry>,
-    progress: &Progress,
+    progress: &impl ProgressReporter,
 ) -> Result<RecordCounts, AuditError> {
     let kafka = |what: &'static str| {
         move |e: rdkafka::error::KafkaError| AuditError::Kafka {
