@@ -6,6 +6,7 @@
 
 pub mod audit;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod lsn;
 pub mod metrics;

@@ -58,13 +58,10 @@ pub(crate) struct RecordCounts {
 /// and prefetch queue (librdkafka's defaults, 50 MB fetches and a 64 MB
 /// queue, would be most of the audit's memory). A fetch is decompressed
 /// whole into the queue, past its limit: with compressible payloads a 4 MB
-/// fetch was most of the audit's peak (1,000,000 records of audit-scale.sh:
-/// 94 MiB peak RSS with 4 MB fetches, 59 MiB with 1 MiB, in the same
-/// time). With a queue that small it
-/// is full whenever a fetch arrives, and librdkafka then postpones the
-/// partition's next fetch by `fetch.queue.backoff.ms`, 1 s by default: the
-/// reader waited on that, not on Kafka (1,000,000 records took 13.6 s;
-/// 1.5-2.9 s with 10 ms).
+/// fetch was most of the audit's peak. With a queue that small it is full
+/// whenever a fetch arrives, and librdkafka then postpones the partition's
+/// next fetch by `fetch.queue.backoff.ms`, 1 s by default: the reader
+/// waited on that, not on Kafka (docs/benchmarks.md, "The audit's memory").
 pub(crate) fn consumer_config(mut base: ClientConfig) -> ClientConfig {
     // librdkafka wants a fetch to hold at least one message.max.bytes.
     let fetch = base

@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::source::session::SourceSettings;
 
 pub use crate::audit::{DEFAULT_BATCH, EXIT_CANNOT, EXIT_CLEAN, EXIT_FOUND};
-pub use crate::cli::progress::Progress;
+pub use crate::cli::progress_bar::Progress;
 /// The delivery mode duplicates are judged by (`relay.delivery`).
 pub use crate::config::relay::DeliveryMode;
 

@@ -28,7 +28,7 @@ use crate::source::admin::{self, AdminError};
 use crate::source::outbox_rows::{ReadOptions, RowReader, RowsError};
 use crate::source::session::SourceSettings;
 
-pub use crate::cli::progress::Progress;
+pub use crate::cli::progress_bar::Progress;
 pub use crate::outbox::BACKFILL_HEADER;
 
 /// Rows read per page: big enough that the round trips do not matter, small

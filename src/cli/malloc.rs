@@ -5,12 +5,12 @@
 //! another. The relay's threads (tokio's workers, librdkafka's broker and
 //! polling threads) allocate a record's pieces on one thread and free them on
 //! another, so under load each arena keeps its own high-water mark and the
-//! peak RSS grows with how often they happened to collide: through the
-//! benchmark's 200,000-event drains the same binary peaked anywhere from 24
-//! to 35 MiB from run to run. Two arenas bounded that; one lowered the peak
-//! further, most in exactly-once (whose producer holds a whole
-//! transaction's records until the commit), at no measurable cost in drain
-//! rate in either delivery mode (docs/benchmarks.md, 2026-12-03 evening).
+//! peak RSS grows with how often they happened to collide, so the peak
+//! varied widely from run to run of the same binary. Two arenas bounded
+//! that; one lowered the peak further, most in exactly-once (whose producer
+//! holds a whole transaction's records until the commit), at no measurable
+//! cost in drain rate in either delivery mode (docs/benchmarks.md, "One
+//! malloc arena").
 
 /// Arenas when `MALLOC_ARENA_MAX` does not say otherwise.
 const ARENAS: i32 = 1;

@@ -6,6 +6,6 @@ pub mod backfill;
 pub mod check;
 pub mod health;
 pub mod malloc;
-mod progress;
+mod progress_bar;
 pub mod settings;
 pub mod tail;

@@ -18,7 +18,7 @@
 //! ([`RelayLedger::refresh`]).
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -36,12 +36,6 @@ use crate::Lsn;
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause before writing a failed entry again.
 const RETRY: Duration = Duration::from_secs(1);
-
-pub(super) fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
 
 /// The ledger for one relay process.
 pub(super) struct RelayLedger {
@@ -311,7 +305,7 @@ impl RelayLedger {
                 return Err(RelayError::Gap(Box::new(gap)));
             }
             StartDecision::AcceptGap { gap, recreate_slot } => {
-                let accepted = gap.accepted(now_us());
+                let accepted = gap.accepted(crate::clock::now_unix_micros());
                 tracing::warn!(
                     slot = %gap.slot,
                     from = %accepted.from_lsn,

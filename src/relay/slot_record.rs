@@ -4,7 +4,9 @@
 //! streamed; the lost slot's message) are made from this record, which its
 //! sessions write; the health endpoint's state only reports.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
+
+use crate::clock::unix_micros;
 
 use crate::Lsn;
 
@@ -62,11 +64,7 @@ impl SlotRecord {
     /// The position last confirmed, and when (Unix time in microseconds) it
     /// moved there.
     pub(super) fn last_confirmed(&self) -> (Lsn, i64) {
-        let at_us = self
-            .moved_at
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64);
-        (self.confirmed, at_us)
+        (self.confirmed, unix_micros(self.moved_at))
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
-use super::ledger::{self, RelayLedger, Start};
+use super::ledger::{RelayLedger, Start};
 use super::mode::{producer, retire, DeliveryMode, Drain, Step};
 use super::send::Trouble;
 use super::telemetry::TelemetryEvent;
@@ -180,7 +180,9 @@ impl DeliveryMode for AtLeastOnce {
         // the ledger never leads the acknowledgements.
         if let Some(writer) = s.ledger_writer.as_mut() {
             let now = std::time::Instant::now();
-            if let Some(entry) = writer.offer(reported.confirmed, now, ledger::now_us()) {
+            if let Some(entry) =
+                writer.offer(reported.confirmed, now, crate::clock::now_unix_micros())
+            {
                 s.ledger.submit(entry);
             }
         }
@@ -211,7 +213,8 @@ impl DeliveryMode for AtLeastOnce {
     /// The ledger's last entry, for the position the stream finished at.
     async fn finish(s: &mut Session<'_, Self>, confirmed: Lsn) {
         let entry = s.ledger_writer.as_mut();
-        if let Some(entry) = entry.and_then(|w| w.flush(confirmed, ledger::now_us())) {
+        if let Some(entry) = entry.and_then(|w| w.flush(confirmed, crate::clock::now_unix_micros()))
+        {
             s.ledger.flush(entry).await;
         }
     }

@@ -268,11 +268,7 @@ impl Telemetry {
             });
         events.increment(1);
         bytes.increment(entry.record.size as u64);
-        let now_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros() as i64)
-            .unwrap_or(0);
-        let behind_us = (now_us - entry.event.commit_time_us).max(0);
+        let behind_us = (crate::clock::now_unix_micros() - entry.event.commit_time_us).max(0);
         self.commit_to_ack.record(behind_us as f64 / 1e6);
         self.wal_to_ack
             .record(entry.received_at.elapsed().as_secs_f64());

@@ -268,7 +268,7 @@ impl RowReader {
         OutboxEvent {
             commit_lsn: Lsn::ZERO,
             xid: 0,
-            commit_time_us: now_us(),
+            commit_time_us: crate::clock::now_unix_micros(),
             kind: EventKind::Row(Row {
                 table: Arc::clone(&self.table),
                 values,
@@ -297,13 +297,6 @@ pub(crate) async fn table_has_rows(
             source,
         })?;
     Ok(row.get(0))
-}
-
-fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
 }
 
 /// The table's columns as pgoutput describes them: not dropped, not

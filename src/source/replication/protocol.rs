@@ -1,8 +1,6 @@
 //! The walsender's CopyData sub-protocol (pure): XLogData and primary
 //! keepalive from the server, standby status updates to it.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::Lsn;
@@ -94,10 +92,7 @@ pub(crate) fn encode_status_update(
 
 /// Now, in microseconds since 2000-01-01, the clock of the protocol.
 pub(crate) fn pg_now_us() -> i64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    now.as_micros() as i64 - (PG_EPOCH_UNIX_SECS as i64) * 1_000_000
+    crate::clock::now_unix_micros() - (PG_EPOCH_UNIX_SECS as i64) * 1_000_000
 }
 
 #[cfg(test)]

@@ -28,7 +28,6 @@
 
 use tokio::time::Instant;
 
-use super::super::ledger;
 use super::super::mode::Step;
 use super::super::send::Trouble;
 use super::super::telemetry::TelemetryEvent;
@@ -125,7 +124,7 @@ impl Session<'_, ExactlyOnce> {
             position.through,
             position.inside,
             std::time::Instant::now(),
-            ledger::now_us(),
+            crate::clock::now_unix_micros(),
         );
         let (key, value) = ledger_record(&entry);
         let record = LedgerRecord {
