@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::ledger_topic::LedgerTopicError;
+use super::ledger_error::LedgerTopicError;
 use crate::progress::ledger::{LedgerEntry, LedgerIdentity};
 
 /// One metadata or ListOffsets round trip.

@@ -35,10 +35,11 @@ use rdkafka::ClientContext;
 use super::config::{admin_client_config, client_config};
 use super::delivery;
 use super::error::SinkError;
+use super::ledger_error::LedgerTopicError;
 use super::ledger_reader::LedgerReader;
 use super::topics::{create_topic, Created, READY_TIMEOUT};
 use crate::config::KafkaConfig;
-use crate::progress::ledger::{LedgerEntry, LedgerFormatError, LedgerIdentity};
+use crate::progress::ledger::{LedgerEntry, LedgerIdentity};
 
 /// The ledger topic's partition count when outboxd creates it: the topic
 /// holds one small record per relay, and one partition reads back in one go.
@@ -60,54 +61,6 @@ pub enum LedgerTopicState {
     /// Exists with another `cleanup.policy` (e.g. `delete`).
     NotCompacted {
         policy: String,
-    },
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum LedgerTopicError {
-    #[error(transparent)]
-    Sink(#[from] SinkError),
-
-    #[error(
-        "the ledger topic `{topic}` (kafka.ledger_topic) does not exist; create it compacted \
-         (kafka-topics.sh --create --topic {topic} --partitions 1 --config \
-         cleanup.policy=compact), or set kafka.create_topics = true to let outboxd create it"
-    )]
-    Missing { topic: String },
-
-    #[error(
-        "the ledger topic `{topic}` (kafka.ledger_topic) has cleanup.policy={policy}; it must \
-         be exactly `compact`, or a stopped relay's position expires with the retention: \
-         kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config \
-         cleanup.policy=compact, or point kafka.ledger_topic at a compacted topic"
-    )]
-    NotCompacted { topic: String, policy: String },
-
-    #[error(
-        "cannot read the configuration of the ledger topic `{topic}` (kafka.ledger_topic) to \
-         check that it is compacted: {code}; grant the principal DESCRIBE_CONFIGS on the topic"
-    )]
-    Describe {
-        topic: String,
-        code: RDKafkaErrorCode,
-    },
-
-    #[error("cannot write the ledger entry to `{topic}`: {source}")]
-    Write {
-        topic: String,
-        #[source]
-        source: KafkaError,
-    },
-
-    #[error("cannot read the ledger topic `{topic}`: {reason}")]
-    Read { topic: String, reason: String },
-
-    #[error("ledger record `{key}` in `{topic}`: {source}")]
-    Format {
-        topic: String,
-        key: String,
-        #[source]
-        source: LedgerFormatError,
     },
 }
 
