@@ -20,7 +20,7 @@ pub use sql::connect_sql;
 pub(crate) use watch::{judge_all, named_change, observe, Observation, TableChange, TableIdentity};
 
 use crate::source::replication::WalConnection;
-use crate::source::session::SourceTable;
+use crate::source::table::SourceTable;
 use crate::Lsn;
 
 /// What outboxd needs to know about its database objects.
