@@ -45,7 +45,9 @@
 //! Files: `config` (properties, pure), `delivery` (reports and their
 //! classification), `producer` ([`KafkaSink`]), `topics` ([`TopicManager`]),
 //! `ledger_topic` ([`LedgerTopic`], the position ledger's topic),
-//! `ledger_reader` (reading it back), `ledger_error`, `admin_refusal` (how
+//! `ledger_reader` (reading it back, through `simple_consumer`: no
+//! consumer group), `ledger_error`, `topic_config` (DescribeConfigs with
+//! the broker's per-topic error), `admin_refusal` (how
 //! a refused admin request is met), `client_log` (librdkafka's log lines into tracing), `transaction` (the
 //! transactional producer of `relay.delivery = "exactly-once"`), `error`.
 
@@ -59,6 +61,8 @@ mod ledger_reader;
 mod ledger_topic;
 mod producer;
 mod send_now;
+mod simple_consumer;
+mod topic_config;
 mod topics;
 mod transaction;
 
