@@ -2,6 +2,7 @@
 
 pub mod http;
 pub mod kafka;
+pub mod kafka_acl;
 pub mod outboxd;
 pub mod pg;
 pub mod proxy;
