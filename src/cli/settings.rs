@@ -3,7 +3,8 @@
 
 use crate::config::{Config, ConfigError};
 use crate::source::replication::ConnParams;
-use crate::source::session::{SourceSettings, SourceTable};
+use crate::source::session::SourceSettings;
+use crate::source::table::SourceTable;
 
 pub fn source_settings(cfg: &Config) -> Result<SourceSettings, ConfigError> {
     let mut conn = ConnParams::from_url(&cfg.postgres.url)

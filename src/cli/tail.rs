@@ -9,10 +9,11 @@ use std::io::Write;
 use serde_json::{json, Map, Value};
 
 use crate::outbox::{ColumnValue, EventKind, OutboxEvent};
+use crate::source::assembler::SourceItem;
 use crate::source::driver::{DriverOptions, Streamed};
+use crate::source::error::SourceError;
 use crate::source::replication::stream::DEFAULT_STREAM_TIMEOUT;
-use crate::source::session::{SourceError, SourceSession, SourceSettings};
-use crate::source::transactions::SourceItem;
+use crate::source::session::{SourceSession, SourceSettings};
 use crate::Lsn;
 
 #[derive(Debug, Clone, Default)]

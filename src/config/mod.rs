@@ -7,6 +7,7 @@
 //! the full dotted key, or the line, and says what to change.
 
 pub(crate) mod cloudevents;
+pub(crate) mod conn_params;
 pub(crate) mod env;
 pub(crate) mod error;
 pub(crate) mod kafka;
@@ -206,7 +207,7 @@ impl Config {
     /// Every outbox table, with its columns and resolved routing, in the
     /// order configured (one for `[outbox]`).
     pub fn tables(&self) -> Vec<OutboxTable> {
-        let database = crate::source::replication::ConnParams::from_url(&self.postgres.url)
+        let database = conn_params::ConnParams::from_url(&self.postgres.url)
             .map(|p| p.dbname)
             .unwrap_or_default();
         let mut tables = self.outbox.tables(&self.routing);

@@ -25,7 +25,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 pub(crate) use health::Health;
 
-use crate::source::transactions::IgnoredCounts;
+use crate::source::assembler::IgnoredCounts;
 
 /// Events handed to Kafka and acknowledged, by topic (counter).
 pub(crate) const EVENTS_PUBLISHED: &str = "outboxd_events_published_total";

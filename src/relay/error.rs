@@ -4,8 +4,8 @@
 use crate::outbox::MappingConfigError;
 use crate::progress::ledger::StartGap;
 use crate::sink::{LedgerTopicError, SinkError, TransactionError};
+use crate::source::error::SourceError;
 use crate::source::replication::error::Disposition;
-use crate::source::session::SourceError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
@@ -73,6 +73,12 @@ impl RelayError {
             RelayError::Source(e) => by_retry(e.is_retryable()),
             RelayError::Sink(e) => by_retry(e.is_retryable()),
             RelayError::Ledger(LedgerTopicError::Sink(e)) => by_retry(e.is_retryable()),
+            // An ACL to grant, or a broker that did not answer for the
+            // topic's configuration: a restart may find it fixed, and after
+            // `relay.max_permanent_failures` the relay stops naming it.
+            RelayError::Ledger(
+                LedgerTopicError::Refused { .. } | LedgerTopicError::PolicyNotReported { .. },
+            ) => Disposition::Permanent,
             RelayError::Ledger(LedgerTopicError::Read { .. } | LedgerTopicError::Write { .. }) => {
                 Disposition::Transient
             }

@@ -32,8 +32,8 @@ use tokio::sync::watch;
 
 use crate::config::RelayConfig;
 use crate::source::admin::AdminError;
+use crate::source::error::SourceError;
 use crate::source::replication::error::Disposition;
-use crate::source::session::SourceError;
 
 pub use error::RelayError;
 pub use session::EVENTS_TARGET;

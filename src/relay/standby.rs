@@ -20,8 +20,9 @@ use tokio_postgres::Client;
 use super::telemetry::{RelayEvent, RelayTelemetry};
 use super::{RelayError, RelaySettings};
 use crate::source::admin::{self, AdminError};
+use crate::source::error::SourceError;
 use crate::source::replication::ReplicationError;
-use crate::source::session::{SourceError, SourceSettings};
+use crate::source::session::SourceSettings;
 
 /// Longest one look at the slot may take. A look that hangs (a dead link
 /// the keepalives have not noticed yet) ends the wait, and the session

@@ -13,7 +13,7 @@ use super::telemetry::{RelayEvent, RelayTelemetry};
 use super::{RelayError, RelaySettings};
 use crate::outbox::TableMappers;
 use crate::source::admin;
-use crate::source::session::SourceError;
+use crate::source::error::SourceError;
 
 pub(super) struct RelayState {
     mapper: TableMappers,

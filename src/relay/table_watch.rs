@@ -37,7 +37,8 @@ use tokio::sync::{watch, Notify};
 use tokio_postgres::Client;
 
 use crate::source::admin::{self, quote_ident, AdminError, Observation, TableChange};
-use crate::source::session::{ConfirmCeiling, SourceSettings};
+use crate::source::ceiling::ConfirmCeiling;
+use crate::source::session::SourceSettings;
 use crate::Lsn;
 
 /// How long the watch may fail to look before the session ends: a few

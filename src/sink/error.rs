@@ -8,8 +8,8 @@ use std::time::Duration;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
+use super::admin_refusal::{AdminRefusal, CREATE_TIMEOUT};
 use super::delivery::FailureKind;
-use super::topics::CREATE_TIMEOUT;
 
 /// A `[kafka]` setting that outboxd cannot run with. Always names the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -148,59 +148,6 @@ fn creation_hint(code: RDKafkaErrorCode) -> String {
     }
 }
 
-/// How a broker's refusal of a metadata or CreateTopics request is met. One
-/// table answers both questions: whether to ask again within the call
-/// ([`create_topic`](super::topics::create_topic)), and whether a reconnect
-/// may help once the call gave up ([`SinkError::is_retryable`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum AdminRefusal {
-    /// A controller moving or busy: asked again within the call, and a
-    /// reconnect may help after it.
-    Passing,
-    /// INVALID_REPLICATION_FACTOR: a KRaft cluster with every broker fenced
-    /// (a paused or restarted broker) answers it for a moment, a replication
-    /// factor above the cluster's size for ever. Asked again within the
-    /// call; after it, the user's to fix.
-    PassingOrSetting,
-    /// Will not change by asking again: a setting, an ACL or the topic.
-    Setting,
-    /// Anything else: a reconnect may help.
-    Other,
-}
-
-impl AdminRefusal {
-    pub(super) fn of(code: RDKafkaErrorCode) -> AdminRefusal {
-        use RDKafkaErrorCode as C;
-        match code {
-            C::NotController
-            | C::RequestTimedOut
-            | C::BrokerNotAvailable
-            | C::ThrottlingQuotaExceeded => AdminRefusal::Passing,
-            C::InvalidReplicationFactor => AdminRefusal::PassingOrSetting,
-            C::TopicAuthorizationFailed
-            | C::ClusterAuthorizationFailed
-            | C::InvalidTopic
-            | C::InvalidPartitions
-            | C::InvalidReplicaAssignment
-            | C::InvalidConfig
-            | C::InvalidRequest
-            | C::PolicyViolation
-            | C::UnsupportedVersion => AdminRefusal::Setting,
-            _ => AdminRefusal::Other,
-        }
-    }
-
-    /// Worth asking again within one call.
-    pub(super) fn may_pass(self) -> bool {
-        matches!(self, AdminRefusal::Passing | AdminRefusal::PassingOrSetting)
-    }
-
-    /// Whether a reconnect may help once the call gave up.
-    fn reconnect_may_help(self) -> bool {
-        matches!(self, AdminRefusal::Passing | AdminRefusal::Other)
-    }
-}
-
 /// Why [`KafkaSink::send`](super::KafkaSink::send) did not enqueue a record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
@@ -267,27 +214,8 @@ mod tests {
     }
 
     #[test]
-    fn one_table_says_whether_to_ask_again_and_whether_to_reconnect() {
-        use RDKafkaErrorCode as C;
-        // (code, asked again within the call, a reconnect may help after it)
-        for (code, ask_again, reconnect) in [
-            (C::NotController, true, true),
-            (C::RequestTimedOut, true, true),
-            // KRaft answers a CreateTopics with every broker fenced this way.
-            (C::InvalidReplicationFactor, true, false),
-            (C::TopicAuthorizationFailed, false, false),
-            (C::ClusterAuthorizationFailed, false, false),
-            (C::InvalidTopic, false, false),
-            (C::InvalidPartitions, false, false),
-            (C::InvalidConfig, false, false),
-            (C::PolicyViolation, false, false),
-            (C::LeaderNotAvailable, false, true),
-        ] {
-            let refusal = AdminRefusal::of(code);
-            assert_eq!(refusal.may_pass(), ask_again, "{code:?}");
-            assert_eq!(refusal.reconnect_may_help(), reconnect, "{code:?}");
-        }
-        let hint = creation_hint(C::InvalidReplicationFactor);
+    fn an_invalid_replication_factor_names_how_long_it_was_asked() {
+        let hint = creation_hint(RDKafkaErrorCode::InvalidReplicationFactor);
         assert!(
             hint.contains(&format!("{} s", CREATE_TIMEOUT.as_secs())),
             "{hint}"

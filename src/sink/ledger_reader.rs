@@ -1,5 +1,8 @@
 //! [`LedgerReader`]: reads the position ledger's topic back, as far as
-//! [`ReadTo`] says. Each read uses fresh consumers (no state carried over);
+//! [`ReadTo`] says. No consumer group: the partitions are read from their
+//! start with librdkafka's simple consumer calls ([`SimpleConsumer`]), so
+//! the principal needs READ and DESCRIBE on the topic and nothing on any
+//! group. Each read uses fresh consumers (no state carried over);
 //! the reader itself is cheap to keep and clone, so a relay keeps one for
 //! its re-reads instead of building the whole ledger client (admin client
 //! and producer) each time, whose closing alone cost about 140 ms of the
@@ -9,10 +12,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 
-use super::ledger_topic::LedgerTopicError;
+use super::ledger_error::LedgerTopicError;
+use super::simple_consumer::{Fetched, SimpleConsumer};
 use crate::progress::ledger::{LedgerEntry, LedgerIdentity};
 
 /// One metadata or ListOffsets round trip.
@@ -64,10 +67,10 @@ impl LedgerReader {
     /// `config` is the cluster's client configuration (brokers, security);
     /// the reader adds what a `read_committed` reader needs.
     pub(super) fn new(topic: String, mut config: rdkafka::ClientConfig) -> LedgerReader {
-        // librdkafka wants a group id even for assign(); nothing is joined
-        // or committed under it.
+        // No group.id: a group handle would look up its coordinator at once
+        // (see `simple_consumer`). Nothing is committed or stored.
         config
-            .set("group.id", "outboxd-ledger-reader")
+            .remove("group.id")
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "false")
@@ -92,15 +95,15 @@ impl LedgerReader {
         to: ReadTo,
     ) -> Result<BTreeMap<String, Vec<u8>>, LedgerTopicError> {
         let (config, topic) = (self.consumer.clone(), self.topic.clone());
-        tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
+        let read = tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = config.create().map_err(ReadFailure::other)?;
             // The high watermark comes from a reader that sees everything.
             let all = match to {
                 ReadTo::Stable => None,
                 ReadTo::End => {
                     let mut all = config.clone();
                     all.set("isolation.level", "read_uncommitted");
-                    Some(all.create::<BaseConsumer>().map_err(|e| e.to_string())?)
+                    Some(all.create::<BaseConsumer>().map_err(ReadFailure::other)?)
                 }
             };
             let values = read_to_end(&consumer, all.as_ref(), &topic);
@@ -115,10 +118,17 @@ impl LedgerReader {
             values
         })
         .await
-        .unwrap_or_else(|e| Err(e.to_string()))
-        .map_err(|reason| LedgerTopicError::Read {
-            topic: self.topic.clone(),
-            reason,
+        .unwrap_or_else(|e| Err(ReadFailure::other(e)));
+        read.map_err(|failure| match failure {
+            ReadFailure::Refused { operation, code } => LedgerTopicError::Refused {
+                topic: self.topic.clone(),
+                operation,
+                code,
+            },
+            ReadFailure::Other(reason) => LedgerTopicError::Read {
+                topic: self.topic.clone(),
+                reason,
+            },
         })
     }
 
@@ -172,6 +182,30 @@ impl LedgerReader {
     }
 }
 
+/// Why a read stopped short.
+#[derive(Debug, PartialEq, Eq)]
+enum ReadFailure {
+    /// The authoriser refused `operation` (an ACL operation, e.g. `Read`)
+    /// on the topic: asking again will not help.
+    Refused {
+        operation: &'static str,
+        code: RDKafkaErrorCode,
+    },
+    Other(String),
+}
+
+impl ReadFailure {
+    fn other(e: impl std::fmt::Display) -> ReadFailure {
+        ReadFailure::Other(e.to_string())
+    }
+
+    /// A refusal if `code` is the authoriser's, for `operation`.
+    fn refused(operation: &'static str, code: RDKafkaErrorCode) -> Option<ReadFailure> {
+        matches!(code, RDKafkaErrorCode::TopicAuthorizationFailed)
+            .then_some(ReadFailure::Refused { operation, code })
+    }
+}
+
 /// Reads `topic` with `consumer` from the beginning of each partition to
 /// the end as the read begins: the last stable offset `consumer` (a
 /// `read_committed` client) reports, or with `all` (a `read_uncommitted`
@@ -180,17 +214,18 @@ fn read_to_end(
     consumer: &BaseConsumer,
     all: Option<&BaseConsumer>,
     topic: &str,
-) -> Result<BTreeMap<String, Vec<u8>>, String> {
+) -> Result<BTreeMap<String, Vec<u8>>, ReadFailure> {
     let deadline = Instant::now() + READ_TIMEOUT;
     // The reading consumer asks for the metadata and the watermarks itself
     // even when `all` gives the end: that connects it to the leader before
-    // the assignment. Assigned cold, it fetched its first record 0.5 s later.
+    // the partitions are started. Started cold, it fetched its first record
+    // 0.5 s later.
     let (stable, high) = std::thread::scope(|scope| {
         let high = all.map(|all| scope.spawn(|| partition_ends(all, topic)));
         let stable = partition_ends(consumer, topic);
         let high = high.map(|h| {
             h.join()
-                .unwrap_or_else(|_| Err("the watermark query panicked".into()))
+                .unwrap_or_else(|_| Err(ReadFailure::other("the watermark query panicked")))
         });
         (stable, high)
     });
@@ -211,36 +246,49 @@ fn read_to_end(
     if ends.is_empty() {
         return Ok(values);
     }
-    let mut tpl = TopicPartitionList::new();
-    for (p, _) in &ends {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning)
-            .map_err(|e| e.to_string())?;
-    }
-    consumer.assign(&tpl).map_err(|e| e.to_string())?;
+    let partitions: Vec<i32> = ends.iter().map(|&(p, _)| p).collect();
+    let reading =
+        SimpleConsumer::start(consumer, topic, &partitions).map_err(ReadFailure::Other)?;
     while !ends.is_empty() {
         if Instant::now() >= deadline {
-            return Err(not_read_to_the_end(consumer, topic, &ends));
+            return Err(ReadFailure::Other(not_read_to_the_end(
+                consumer, topic, &ends,
+            )));
         }
-        match consumer.poll(POLL) {
-            Some(Ok(m)) => {
-                let key = String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned();
-                match m.payload() {
+        // Serves the client's error and log events, as a group consumer's
+        // poll did.
+        consumer.poll(Duration::ZERO);
+        let fetched = reading.next(POLL, |fetched| match fetched {
+            Fetched::Record {
+                partition,
+                offset,
+                key,
+                payload,
+            } => {
+                let key = String::from_utf8_lossy(key.unwrap_or_default()).into_owned();
+                match payload {
                     Some(v) => values.insert(key, v.to_vec()),
                     None => values.remove(&key),
                 };
-                let (p, next) = (m.partition(), m.offset() + 1);
-                ends.retain(|(q, high)| !(*q == p && next >= *high));
+                Ok((partition, offset + 1))
             }
-            Some(Err(e)) => tracing::debug!(topic, error = %e, "ledger read: retrying"),
+            Fetched::Error { partition, code } => Err((partition, code)),
+        });
+        match fetched {
+            Some(Ok((p, next))) => ends.retain(|(q, high)| !(*q == p && next >= *high)),
+            Some(Err((partition, code))) => {
+                if let Some(refused) = ReadFailure::refused("Read", code) {
+                    return Err(refused);
+                }
+                tracing::debug!(topic, partition, %code, "ledger read: retrying");
+            }
             None => {}
         }
         // Transaction markers (a transactional writer) are never delivered:
         // the consumer's position passes them.
-        if let Ok(position) = consumer.position() {
-            for e in position.elements() {
-                if let Offset::Offset(next) = e.offset() {
-                    ends.retain(|(q, high)| !(*q == e.partition() && next >= *high));
-                }
+        for (p, next) in reading.positions() {
+            if let Some(next) = next {
+                ends.retain(|(q, high)| !(*q == p && next >= *high));
             }
         }
     }
@@ -249,21 +297,45 @@ fn read_to_end(
 
 /// (partition, low, high) of each partition of `topic`, as `client` sees
 /// them (its isolation level decides what "high" is).
-fn partition_ends(client: &BaseConsumer, topic: &str) -> Result<Vec<(i32, i64, i64)>, String> {
+fn partition_ends(client: &BaseConsumer, topic: &str) -> Result<Vec<(i32, i64, i64)>, ReadFailure> {
     let md = client
         .fetch_metadata(Some(topic), METADATA_TIMEOUT)
-        .map_err(|e| e.to_string())?;
+        .map_err(ReadFailure::other)?;
     let t = md
         .topics()
         .iter()
-        .find(|t| t.name() == topic && t.error().is_none())
-        .ok_or_else(|| "the topic does not exist".to_owned())?;
+        .find(|t| t.name() == topic)
+        .ok_or_else(|| ReadFailure::other("the topic does not exist"))?;
+    match t.error() {
+        None => {}
+        Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => {
+            return Err(ReadFailure::other("the topic does not exist"))
+        }
+        // Without DESCRIBE the broker says "not authorized" rather than
+        // whether the topic exists.
+        Some(err) => {
+            let code = RDKafkaErrorCode::from(err);
+            return Err(ReadFailure::refused("Describe", code)
+                .unwrap_or_else(|| ReadFailure::Other(format!("the topic's metadata: {code}"))));
+        }
+    }
     t.partitions()
         .iter()
         .map(|p| {
             let (low, high) = client
                 .fetch_watermarks(topic, p.id(), METADATA_TIMEOUT)
-                .map_err(|e| format!("no watermarks for partition {}: {e}", p.id()))?;
+                .map_err(|e| {
+                    match e
+                        .rdkafka_error_code()
+                        .and_then(|c| ReadFailure::refused("Describe", c))
+                    {
+                        Some(refused) => refused,
+                        None => ReadFailure::Other(format!(
+                            "no watermarks for partition {}: {e}",
+                            p.id()
+                        )),
+                    }
+                })?;
             Ok((p.id(), low, high))
         })
         .collect()
@@ -297,4 +369,54 @@ fn not_read_to_the_end(consumer: &BaseConsumer, topic: &str, ends: &[(i32, i64)]
         READ_TIMEOUT.as_secs(),
         held.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reader_uses_no_consumer_group_even_when_the_properties_name_one() {
+        let mut cluster = rdkafka::ClientConfig::new();
+        cluster
+            .set("bootstrap.servers", "127.0.0.1:9")
+            .set("group.id", "from-kafka-properties");
+        let reader = LedgerReader::new("ledger".into(), cluster);
+        assert_eq!(reader.consumer.get("group.id"), None);
+        assert_eq!(reader.consumer.get("enable.auto.commit"), Some("false"));
+        assert_eq!(
+            reader.consumer.get("isolation.level"),
+            Some("read_committed")
+        );
+    }
+
+    #[test]
+    fn only_the_authorisers_refusal_stops_a_read_at_once() {
+        assert_eq!(
+            ReadFailure::refused("Read", RDKafkaErrorCode::TopicAuthorizationFailed),
+            Some(ReadFailure::Refused {
+                operation: "Read",
+                code: RDKafkaErrorCode::TopicAuthorizationFailed
+            })
+        );
+        for passing in [
+            RDKafkaErrorCode::NotLeaderForPartition,
+            RDKafkaErrorCode::BrokerTransportFailure,
+            RDKafkaErrorCode::UnknownTopicOrPartition,
+        ] {
+            assert_eq!(ReadFailure::refused("Read", passing), None, "{passing:?}");
+        }
+    }
+
+    #[test]
+    fn a_consumer_without_a_group_starts_reading_a_partition() {
+        // librdkafka's simple consumer needs no broker to start: the fetch
+        // waits for one. With a group.id, assign() would be the way.
+        let mut config = rdkafka::ClientConfig::new();
+        config.set("bootstrap.servers", "127.0.0.1:9");
+        let consumer: BaseConsumer = config.create().unwrap();
+        let reading = SimpleConsumer::start(&consumer, "ledger", &[0, 1]).unwrap();
+        assert_eq!(reading.positions().len(), 2);
+        assert!(reading.next(Duration::from_millis(10), |_| ()).is_none());
+    }
 }

@@ -24,7 +24,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{AdminClient, NewTopic, TopicReplication};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -35,10 +35,12 @@ use rdkafka::ClientContext;
 use super::config::{admin_client_config, client_config};
 use super::delivery;
 use super::error::SinkError;
+use super::ledger_error::LedgerTopicError;
 use super::ledger_reader::LedgerReader;
+use super::topic_config::{describe_topic_config, TopicConfig};
 use super::topics::{create_topic, Created, READY_TIMEOUT};
 use crate::config::KafkaConfig;
-use crate::progress::ledger::{LedgerEntry, LedgerFormatError, LedgerIdentity};
+use crate::progress::ledger::{LedgerEntry, LedgerIdentity};
 
 /// The ledger topic's partition count when outboxd creates it: the topic
 /// holds one small record per relay, and one partition reads back in one go.
@@ -49,6 +51,10 @@ const COMPACT: &str = "compact";
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// Between two looks at a topic being created.
 const POLL: Duration = Duration::from_millis(200);
+/// How long a broker may take to know a topic another broker's controller
+/// created: metadata reaches every broker within a second or so on a
+/// healthy cluster; 10 s leaves room for a busy one.
+const TOPIC_SETTLE: Duration = Duration::from_secs(10);
 
 /// What the cluster says about the ledger topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,54 +66,6 @@ pub enum LedgerTopicState {
     /// Exists with another `cleanup.policy` (e.g. `delete`).
     NotCompacted {
         policy: String,
-    },
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum LedgerTopicError {
-    #[error(transparent)]
-    Sink(#[from] SinkError),
-
-    #[error(
-        "the ledger topic `{topic}` (kafka.ledger_topic) does not exist; create it compacted \
-         (kafka-topics.sh --create --topic {topic} --partitions 1 --config \
-         cleanup.policy=compact), or set kafka.create_topics = true to let outboxd create it"
-    )]
-    Missing { topic: String },
-
-    #[error(
-        "the ledger topic `{topic}` (kafka.ledger_topic) has cleanup.policy={policy}; it must \
-         be exactly `compact`, or a stopped relay's position expires with the retention: \
-         kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config \
-         cleanup.policy=compact, or point kafka.ledger_topic at a compacted topic"
-    )]
-    NotCompacted { topic: String, policy: String },
-
-    #[error(
-        "cannot read the configuration of the ledger topic `{topic}` (kafka.ledger_topic) to \
-         check that it is compacted: {code}; grant the principal DESCRIBE_CONFIGS on the topic"
-    )]
-    Describe {
-        topic: String,
-        code: RDKafkaErrorCode,
-    },
-
-    #[error("cannot write the ledger entry to `{topic}`: {source}")]
-    Write {
-        topic: String,
-        #[source]
-        source: KafkaError,
-    },
-
-    #[error("cannot read the ledger topic `{topic}`: {reason}")]
-    Read { topic: String, reason: String },
-
-    #[error("ledger record `{key}` in `{topic}`: {source}")]
-    Format {
-        topic: String,
-        key: String,
-        #[source]
-        source: LedgerFormatError,
     },
 }
 
@@ -154,29 +112,66 @@ pub async fn inspect_ledger_topic<C: ClientContext + 'static>(
             .into())
         }
     };
-    let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
-    let describe = |code| LedgerTopicError::Describe {
-        topic: topic.to_owned(),
-        code,
-    };
-    let results = admin
-        .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
-        .await
-        .map_err(|e| describe(e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail)))?;
-    let resource = results
-        .into_iter()
-        .next()
-        .ok_or(describe(RDKafkaErrorCode::Fail))?
-        .map_err(describe)?;
-    let policy = resource
-        .get("cleanup.policy")
-        .and_then(|e| e.value.clone())
-        .unwrap_or_else(|| "delete".to_owned());
+    let policy = cleanup_policy(admin, topic).await?;
     Ok(if is_compact_only(&policy) {
         LedgerTopicState::Compacted { partitions }
     } else {
         LedgerTopicState::NotCompacted { policy }
     })
+}
+
+/// The topic's `cleanup.policy`, as DescribeConfigs reports it. A broker
+/// that has not applied a topic just created yet (another broker's
+/// controller did) answers UnknownTopicOrPartition, or no entry: asked
+/// again until [`TOPIC_SETTLE`]. A refusal is final at once.
+async fn cleanup_policy<C: ClientContext + 'static>(
+    admin: &Arc<AdminClient<C>>,
+    topic: &str,
+) -> Result<String, LedgerTopicError> {
+    let deadline = tokio::time::Instant::now() + TOPIC_SETTLE;
+    loop {
+        let answer = describe_topic_config(admin, topic, METADATA_TIMEOUT).await;
+        match judge_description(topic, answer) {
+            Described::Policy(policy) => return Ok(policy),
+            Described::Final(e) => return Err(e),
+            Described::NotYet(e) if tokio::time::Instant::now() + POLL >= deadline => {
+                return Err(e)
+            }
+            Described::NotYet(e) => {
+                tracing::debug!(topic, error = %e, "ledger topic configuration: asking again");
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+}
+
+/// What one DescribeConfigs answer says of the ledger topic's policy.
+#[derive(Debug)]
+enum Described {
+    Policy(String),
+    /// Maybe a broker that does not know the topic yet: ask again.
+    NotYet(LedgerTopicError),
+    Final(LedgerTopicError),
+}
+
+fn judge_description(topic: &str, answer: Result<TopicConfig, RDKafkaErrorCode>) -> Described {
+    let describe = |code| LedgerTopicError::Describe {
+        topic: topic.to_owned(),
+        code,
+    };
+    match answer {
+        Ok(config) => match config.get("cleanup.policy") {
+            Some(Some(policy)) => Described::Policy(policy.clone()),
+            // Never a guess: a topic always has a policy, so an answer
+            // without one is not an answer about it.
+            _ => Described::NotYet(LedgerTopicError::PolicyNotReported {
+                topic: topic.to_owned(),
+                waited: TOPIC_SETTLE,
+            }),
+        },
+        Err(code @ RDKafkaErrorCode::UnknownTopicOrPartition) => Described::NotYet(describe(code)),
+        Err(code) => Described::Final(describe(code)),
+    }
 }
 
 /// `compact`, however written; `compact,delete` is not.
@@ -422,6 +417,38 @@ mod tests {
         let parsed = LedgerEntry::from_json(&value).unwrap();
         assert_eq!((parsed.version, parsed.timeline), (LEDGER_VERSION, 3));
         assert_eq!(parsed, entry);
+    }
+
+    #[test]
+    fn a_description_without_a_policy_is_asked_again_and_never_read_as_delete() {
+        let policy = |v: Option<&str>| {
+            TopicConfig::from([("cleanup.policy".to_owned(), v.map(str::to_owned))])
+        };
+        assert!(matches!(
+            judge_description("l", Ok(policy(Some("compact")))),
+            Described::Policy(p) if p == "compact"
+        ));
+        for empty in [TopicConfig::new(), policy(None)] {
+            match judge_description("l", Ok(empty)) {
+                Described::NotYet(e @ LedgerTopicError::PolicyNotReported { .. }) => {
+                    assert!(!e.to_string().contains("cleanup.policy=delete"), "{e}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // A broker that has not applied a new topic yet.
+        assert!(matches!(
+            judge_description("l", Err(RDKafkaErrorCode::UnknownTopicOrPartition)),
+            Described::NotYet(LedgerTopicError::Describe { .. })
+        ));
+        // The authoriser's refusal is final, and names the right.
+        match judge_description("l", Err(RDKafkaErrorCode::TopicAuthorizationFailed)) {
+            Described::Final(e) => {
+                assert!(e.to_string().contains("DESCRIBE_CONFIGS"), "{e}");
+                assert!(e.is_refused_by_authorizer());
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

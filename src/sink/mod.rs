@@ -45,18 +45,25 @@
 //! Files: `config` (properties, pure), `delivery` (reports and their
 //! classification), `producer` ([`KafkaSink`]), `topics` ([`TopicManager`]),
 //! `ledger_topic` ([`LedgerTopic`], the position ledger's topic),
-//! `client_log` (librdkafka's log lines into tracing), `transaction` (the
+//! `ledger_reader` (reading it back, through `simple_consumer`: no
+//! consumer group), `ledger_error`, `topic_config` (DescribeConfigs with
+//! the broker's per-topic error), `admin_refusal` (how
+//! a refused admin request is met), `client_log` (librdkafka's log lines into tracing), `transaction` (the
 //! transactional producer of `relay.delivery = "exactly-once"`), `error`.
 
+mod admin_refusal;
 mod client_log;
 mod config;
 mod delivery;
 pub(crate) mod error;
+mod ledger_error;
 mod ledger_reader;
 mod ledger_topic;
 pub(crate) mod probe;
 mod producer;
 mod send_now;
+mod simple_consumer;
+mod topic_config;
 mod topics;
 mod transaction;
 
@@ -72,10 +79,11 @@ pub use delivery::{
 };
 pub use error::SendError;
 pub(crate) use error::SinkError;
+pub use ledger_error::LedgerTopicError;
 pub use ledger_reader::{LedgerReader, ReadTo};
 pub use ledger_topic::{
-    inspect_ledger_topic, ledger_record, new_ledger_topic, LedgerTopic, LedgerTopicError,
-    LedgerTopicState, LEDGER_TOPIC_PARTITIONS,
+    inspect_ledger_topic, ledger_record, new_ledger_topic, LedgerTopic, LedgerTopicState,
+    LEDGER_TOPIC_PARTITIONS,
 };
 pub use producer::{KafkaSink, STATS_INTERVAL_MS};
 pub(crate) use topics::{describe_topic, TopicManager};

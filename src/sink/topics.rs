@@ -16,17 +16,15 @@ use rdkafka::metadata::Metadata;
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::ClientContext;
 
+use super::admin_refusal::{AdminRefusal, CREATE_TIMEOUT};
 use super::config::admin_client_config;
 use super::delivery;
-use super::error::{creation_error, AdminRefusal, SinkError};
+use super::error::{creation_error, SinkError};
 use crate::config::KafkaConfig;
 
 /// One metadata round trip. Ample for a reachable cluster; when it is not,
 /// the relay reconnects with backoff and asks again.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long the controller may take to create a topic before CreateTopics
-/// answers (Kafka's own admin tools wait 30 s).
-pub(super) const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Until every partition of a created topic has a leader. Usually well under
 /// a second; 30 s covers a busy controller.
 pub(super) const READY_TIMEOUT: Duration = Duration::from_secs(30);

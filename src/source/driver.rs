@@ -22,10 +22,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::assembler::{IgnoredCounts, SourceItem, TransactionAssembler};
+use super::ceiling::ConfirmCeiling;
+use super::error::SourceError;
 use super::pgoutput::Decoder;
 use super::replication::{MessageSkip, ReplicationError, ReplicationStream, ServerMessage};
-use super::session::{ConfirmCeiling, SourceError};
-use super::transactions::{IgnoredCounts, SourceItem, TransactionAssembler};
 use crate::Lsn;
 
 /// Items the driver may read ahead of its consumer. Small: the consumer has

@@ -4,18 +4,18 @@
 //! A session is thrown away on any error; the caller reconnects and the slot
 //! (not any state of ours) says where to resume.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use super::admin::{self, AdminError, Target};
+use super::assembler::TransactionAssembler;
 use super::driver::{DriverOptions, SourceHandle};
-use super::pgoutput::{DecodeError, Decoder};
+use super::pgoutput::Decoder;
 use super::replication::{self, ConnParams, ReplicationError, ReplicationStream, StartOptions};
-use super::transactions::{AssembleError, TransactionAssembler};
 use crate::progress::ledger::SlotState;
 use crate::Lsn;
+
+use super::error::SourceError;
+use super::table::SourceTable;
 
 /// pgoutput protocol version requested. Version 1 sends each transaction
 /// whole at commit, so nothing uncommitted is ever seen.
@@ -34,16 +34,6 @@ pub struct SourceSettings {
     /// How often standby status updates are sent (checked against the
     /// server's wal_sender_timeout).
     pub status_interval: Duration,
-}
-
-/// One outbox table as the source sees it: where its rows come from and
-/// which `pg_logical_emit_message` prefix belongs to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceTable {
-    pub schema: String,
-    pub name: String,
-    /// Prefix of messages treated as this table's events; `None` = off.
-    pub message_prefix: Option<String>,
 }
 
 impl SourceSettings {
@@ -74,74 +64,6 @@ impl SourceSettings {
     /// Whether any table relays logical decoding messages.
     pub(crate) fn wants_messages(&self) -> bool {
         self.tables.iter().any(|t| t.message_prefix.is_some())
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    #[error(transparent)]
-    Admin(#[from] AdminError),
-    #[error(transparent)]
-    Replication(#[from] ReplicationError),
-    #[error("cannot decode pgoutput message at {lsn}: {source}")]
-    Decode {
-        lsn: Lsn,
-        #[source]
-        source: DecodeError,
-    },
-    #[error("inconsistent pgoutput stream at {lsn}: {source}")]
-    Assemble {
-        lsn: Lsn,
-        #[source]
-        source: AssembleError,
-    },
-}
-
-impl SourceError {
-    /// Reconnecting may help (network, server restart); anything else needs
-    /// a person.
-    pub(crate) fn is_retryable(&self) -> bool {
-        match self {
-            SourceError::Replication(e) => e.is_retryable(),
-            SourceError::Admin(e) => e.is_retryable(),
-            _ => false,
-        }
-    }
-}
-
-/// The highest position a session may confirm, raised by whoever vouches
-/// for positions (the relay's table watch). Shared, so the watch can raise
-/// it while the session confirms from anywhere in the relay; a raise wakes
-/// the driver ([`ConfirmCeiling::raises`]), so a position held back only by
-/// the ceiling is sent as soon as it is vouched for, not at the next status
-/// period (which under a steady flow of acks was seen to add up to a
-/// period, a whole `status_interval`, to the slot's lag).
-#[derive(Debug, Clone)]
-pub(crate) struct ConfirmCeiling(Arc<watch::Sender<Lsn>>);
-
-impl ConfirmCeiling {
-    pub(crate) fn new(at: Lsn) -> Self {
-        ConfirmCeiling(Arc::new(watch::Sender::new(at)))
-    }
-
-    /// Moves the ceiling up to `lsn`; never down.
-    pub(crate) fn raise(&self, lsn: Lsn) {
-        self.0.send_if_modified(|at| {
-            let higher = lsn > *at;
-            if higher {
-                *at = lsn;
-            }
-            higher
-        });
-    }
-
-    pub(crate) fn get(&self) -> Lsn {
-        *self.0.borrow()
-    }
-
-    /// A receiver that wakes on every raise.
-    pub(crate) fn raises(&self) -> watch::Receiver<Lsn> {
-        self.0.subscribe()
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod acl;
 mod exactly_once;
+mod ledger;
 pub(crate) mod support;
 
 use std::process::{Command, Stdio};

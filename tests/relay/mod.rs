@@ -14,6 +14,7 @@ mod exactly_once_ops;
 mod faults;
 mod formats;
 mod ledger_acks;
+mod ledger_acl;
 mod memory;
 mod names;
 mod partitioned;

@@ -2,4 +2,5 @@
 //! what Kafka holds.
 
 mod fresh_topic;
+mod ledger_acl;
 mod ledger_topic;

@@ -18,7 +18,7 @@ use super::{Reconnect, Session, SessionEnd};
 use crate::progress::ledger::CommitPosition;
 use crate::relay::RelayError;
 use crate::sink::{DeliveryReport, FailureKind, SendError};
-use crate::source::transactions::SourceItem;
+use crate::source::assembler::SourceItem;
 
 /// What a report asks of the producer, once the window and the telemetry
 /// have it.

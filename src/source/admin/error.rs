@@ -1,5 +1,6 @@
 //! Why the database is not ready for outboxd, each with the fix.
 
+use super::target::quote_ident;
 use crate::source::replication::error::{sqlstate_disposition, Disposition, ServerError};
 use crate::source::replication::tls::certificate_problem;
 
@@ -44,7 +45,7 @@ pub enum AdminError {
     WalLevel { actual: String },
     #[error(
         "role {user:?} lacks the REPLICATION attribute needed to stream the WAL: \
-         run ALTER ROLE {} REPLICATION as a superuser", super::quote_ident(.user)
+         run ALTER ROLE {} REPLICATION as a superuser", quote_ident(.user)
     )]
     NoReplicationPrivilege { user: String },
     #[error(
@@ -90,21 +91,21 @@ pub enum AdminError {
     TableMissing { table: String },
     #[error(
         "publication {publication:?} does not exist and postgres.create_publication = false: set create_publication = true, \
-         or run CREATE PUBLICATION {} FOR TABLE {table} WITH (publish = 'insert', publish_via_partition_root = true)", super::quote_ident(.publication)
+         or run CREATE PUBLICATION {} FOR TABLE {table} WITH (publish = 'insert', publish_via_partition_root = true)", quote_ident(.publication)
     )]
     PublicationMissing { publication: String, table: String },
     #[error(
-        "publication {publication:?} does not include {table}: run ALTER PUBLICATION {} ADD TABLE {table}", super::quote_ident(.publication)
+        "publication {publication:?} does not include {table}: run ALTER PUBLICATION {} ADD TABLE {table}", quote_ident(.publication)
     )]
     PublicationMissingTable { publication: String, table: String },
     #[error(
-        "publication {publication:?} does not publish inserts: run ALTER PUBLICATION {} SET (publish = 'insert')", super::quote_ident(.publication)
+        "publication {publication:?} does not publish inserts: run ALTER PUBLICATION {} SET (publish = 'insert')", quote_ident(.publication)
     )]
     PublicationNoInserts { publication: String },
     #[error(
         "publication {publication:?} publishes the partitioned table {table} by partition, so its rows \
          arrive under the partitions' names and would never be relayed: run ALTER PUBLICATION \
-         {} SET (publish_via_partition_root = true)", super::quote_ident(.publication)
+         {} SET (publish_via_partition_root = true)", quote_ident(.publication)
     )]
     PublicationNotViaRoot { publication: String, table: String },
     #[error(
@@ -193,4 +194,9 @@ pub(crate) fn describe_pg_error(e: &tokio_postgres::Error) -> String {
         next = cause.source();
     }
     text
+}
+
+/// An SQL failure while `context`, as an [`AdminError`].
+pub(super) fn sql_err(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> AdminError {
+    move |source| AdminError::Sql { context, source }
 }

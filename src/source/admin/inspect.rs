@@ -9,7 +9,8 @@
 
 use tokio_postgres::Client;
 
-use super::{sql_err, AdminError, Target};
+use super::error::{sql_err, AdminError};
+use super::target::Target;
 
 /// Server settings and the current role, from one query.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,62 +5,30 @@
 mod error;
 mod inspect;
 mod sql;
+mod target;
 mod watch;
 
 use std::time::Duration;
 
 use tokio_postgres::Client;
 
+use error::sql_err;
 pub(crate) use error::AdminError;
 pub(crate) use inspect::{
     publication_facts, qualified, server_facts, slot_lag_bytes, sync_facts, table_facts, type_fit,
     Issue, PublicationFacts, ServerFacts, SyncFacts, TableFacts, TypeFit,
 };
 pub use sql::connect_sql;
+pub(crate) use target::{quote_ident, Target};
 pub(crate) use watch::{judge_all, named_change, observe, Observation, TableChange, TableIdentity};
 
 use crate::source::replication::WalConnection;
-use crate::source::session::SourceTable;
 use crate::Lsn;
-
-/// What outboxd needs to know about its database objects.
-#[derive(Debug, Clone)]
-pub(crate) struct Target<'a> {
-    pub slot: &'a str,
-    pub publication: &'a str,
-    pub table_schema: &'a str,
-    pub table_name: &'a str,
-    /// Every outbox table, `table_*` among them: the publication is
-    /// created with all of them.
-    pub all_tables: &'a [SourceTable],
-    pub create_slot: bool,
-    pub create_publication: bool,
-    /// `postgres.failover_slot`: the slot must be a PostgreSQL 17 failover slot.
-    pub failover_slot: bool,
-}
-
-impl Target<'_> {
-    fn qualified_table(&self) -> String {
-        format!(
-            "{}.{}",
-            quote_ident(self.table_schema),
-            quote_ident(self.table_name)
-        )
-    }
-}
 
 /// Oldest server whose pgoutput and slot views outboxd relies on.
 pub(crate) const MIN_SERVER_VERSION_NUM: i32 = 140000;
 /// First server with failover slots (`pg_replication_slots.failover`).
 pub(crate) const FAILOVER_SLOT_VERSION_NUM: i32 = 170000;
-
-fn sql_err(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> AdminError {
-    move |source| AdminError::Sql { context, source }
-}
-
-pub(crate) fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
-}
 
 /// Server version, wal_level and the role's REPLICATION attribute.
 pub(crate) async fn preflight(client: &Client) -> Result<(), AdminError> {

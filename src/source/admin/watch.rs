@@ -12,7 +12,8 @@
 
 use tokio_postgres::Client;
 
-use super::{sql_err, AdminError, Target};
+use super::error::{sql_err, AdminError};
+use super::target::Target;
 use crate::Lsn;
 
 /// What makes the configured table the one whose inserts the stream carries.

@@ -13,10 +13,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_postgres::error::SqlState;
 
-use super::conn_params::{ConnParams, SslMode, TargetSessionAttrs};
 use super::error::{ReplicationError, ServerError};
 use super::framed::{Frame, FramedConnection, Socket};
 use super::tls;
+use crate::config::conn_params::{ConnParams, SslMode, TargetSessionAttrs};
 
 /// Refusals of the login itself: a wrong password, or pg_hba.conf.
 const AUTH_SQLSTATES: [SqlState; 2] = [

@@ -6,7 +6,6 @@
 //! (receive, status updates), `protocol` (the pure CopyData sub-protocol).
 
 pub(crate) mod commands;
-pub(crate) mod conn_params;
 pub mod connect;
 pub(crate) mod error;
 pub(crate) mod framed;
@@ -15,8 +14,8 @@ pub(crate) mod protocol;
 pub(crate) mod stream;
 pub(crate) mod tls;
 
+pub use crate::config::conn_params::{ConnParams, SslMode};
 pub(crate) use commands::StartOptions;
-pub use conn_params::{ConnParams, SslMode};
 pub use connect::{connect, WalConnection};
 pub use error::{ReplicationError, ServerError};
 pub(crate) use message_skip::MessageSkip;

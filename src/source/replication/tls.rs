@@ -16,7 +16,7 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 
-use super::conn_params::{ConnParams, SslMode};
+use crate::config::conn_params::{ConnParams, SslMode};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsConfigError {

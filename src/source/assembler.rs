@@ -14,7 +14,7 @@ use crate::outbox::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableI
 use crate::source::pgoutput::{
     pg_time_to_unix_us, LogicalMessage, Relation, TupleData, TupleValue,
 };
-use crate::source::session::SourceTable;
+use crate::source::table::SourceTable;
 use crate::Lsn;
 
 /// What the assembler hands on, in WAL order.
