@@ -22,8 +22,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::error::RelayError;
+use super::settings::RelaySettings;
 use super::telemetry::{RelayEvent, RelayTelemetry};
-use super::{RelayError, RelaySettings};
 use crate::progress::ledger::{
     decide_start, format_time_us, select_entry, AcceptedGap, GapReason, InsideTransaction,
     LedgerEntry, LedgerIdentity, LedgerWriter, SlotState, StartDecision, StartGap, StartInputs,

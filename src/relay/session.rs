@@ -33,16 +33,16 @@
 //! applies `relay.on_error`; [`telemetry`] writes metrics, health and log
 //! lines.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::ledger::{self, RelayLedger, Start};
-use super::slot_record::SlotRecord;
 mod at_least_once;
 mod exactly_once;
 mod mode;
+mod parts;
 mod poison;
 mod send;
 mod shutdown;
@@ -50,71 +50,31 @@ mod telemetry;
 mod verdicts;
 mod window;
 
-pub(super) use super::telemetry::ReconnectCause;
+pub(super) use parts::{Lent, SessionEnd};
 pub(super) use poison::DEAD_LETTER_REASONS;
 pub use telemetry::EVENTS_TARGET;
 pub(super) use verdicts::PoisonMemory;
 
-use super::table_watch::{TableBaseline, TableWatch, WatchNews};
-use super::{RelayError, RelaySettings};
+use super::error::RelayError;
+use super::ledger::Start;
+use super::settings::RelaySettings;
+use super::table_watch::{TableWatch, WatchNews};
 use crate::config::DeliveryMode as Configured;
-use crate::outbox::TableMappers;
-use crate::progress::ledger::LedgerWriter;
 use crate::sink::TopicManager;
-use crate::source::driver::{DriverOptions, Reported, SourceHandle, StatusUpdates, Streamed};
+use crate::source::driver::{DriverOptions, Reported, Streamed};
 use crate::source::error::SourceError;
 use crate::source::session::SourceSession;
 use crate::Lsn;
 use at_least_once::AtLeastOnce;
 use exactly_once::ExactlyOnce;
 use mode::DeliveryMode;
+use parts::{Session, Stream};
 use telemetry::{Telemetry, TelemetryEvent};
 use window::{Halt, Limits, Relayed, Window};
 
 /// Items taken from the driver per wake-up at most, so that reports and
 /// shutdown are looked at in between.
 const BATCH: usize = 64;
-
-pub(crate) enum SessionEnd {
-    Shutdown,
-    /// Kafka-side trouble: reconnect, resuming from the slot.
-    Reconnect(Reconnect),
-}
-
-/// Why a session ends for a reconnect: the metric's cause and the message.
-pub(crate) struct Reconnect {
-    pub(super) cause: ReconnectCause,
-    pub(super) detail: String,
-}
-
-impl Reconnect {
-    /// A delivery failed: Kafka may have a gap after it.
-    pub(super) fn delivery(detail: impl std::fmt::Display) -> SessionEnd {
-        SessionEnd::Reconnect(Reconnect {
-            cause: ReconnectCause::KafkaDelivery,
-            detail: format!("delivery failed: {detail}"),
-        })
-    }
-
-    /// The producer's report channel closed.
-    pub(super) fn producer_stopped() -> SessionEnd {
-        SessionEnd::Reconnect(Reconnect {
-            cause: ReconnectCause::Kafka,
-            detail: "Kafka producer stopped".into(),
-        })
-    }
-}
-
-/// What the relay lends each session: the state that outlives it (see
-/// `RelayState`).
-pub(super) struct Lent<'a> {
-    pub(super) mapper: &'a mut TableMappers,
-    pub(super) poison: &'a mut PoisonMemory,
-    pub(super) ledger: &'a mut RelayLedger,
-    pub(super) slot: &'a mut SlotRecord,
-    pub(super) tables: &'a mut TableBaseline,
-    pub(super) stop: watch::Receiver<bool>,
-}
 
 /// Runs one session, in the configured delivery mode.
 pub(super) async fn run(
@@ -138,50 +98,6 @@ pub(super) async fn run(
                 .await
         }
     }
-}
-
-/// The replication stream, as the loop knows it.
-struct Stream {
-    /// The driver.
-    source: SourceHandle,
-    /// Its status updates, which wake the loop to offer the ledger what
-    /// was confirmed.
-    status_updates: StatusUpdates,
-    /// When the message being processed arrived.
-    received_at: Instant,
-    /// The walsender said it has nothing more for now (a keepalive between
-    /// transactions) since the last item: the stream is idle.
-    idle: bool,
-    /// The driver said the open transaction is complete after a drain
-    /// request: nothing more comes.
-    drained: bool,
-}
-
-struct Session<'a, D> {
-    settings: &'a RelaySettings,
-    /// Owned by the relay, lent for this session.
-    mapper: &'a mut TableMappers,
-    ledger: &'a mut RelayLedger,
-    /// Told that the stream opened and what the driver confirmed, for the
-    /// relay's decisions about the slot.
-    slot: &'a mut SlotRecord,
-    stop: watch::Receiver<bool>,
-    /// Owned by the session: the stream, and the watch that keeps its
-    /// confirmation behind the last look that found the outbox table
-    /// intact (and reports a change).
-    stream: Stream,
-    table_watch: TableWatch,
-    /// What is in flight: every decision about it is the window's.
-    window: Window<'a>,
-    /// The producer, and the state of the delivery mode's own policy.
-    delivery: D,
-    topics: TopicManager,
-    /// Makes the position ledger's entries; `None` before the server is
-    /// known.
-    ledger_writer: Option<LedgerWriter>,
-    telemetry: Telemetry,
-    /// Once a shutdown was asked for: when the drain gives up.
-    drain_deadline: Option<Instant>,
 }
 
 impl<'a, D: DeliveryMode> Session<'a, D> {
@@ -243,6 +159,7 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
                 received_at: Instant::now(),
                 idle: false,
                 drained: false,
+                backlog: VecDeque::new(),
             },
             table_watch,
             window: Window::new(start_lsn, relayed, poison, limits),
@@ -256,25 +173,32 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
     /// Turns until the session ends: active turns, then draining ones once
     /// a shutdown was asked for.
     async fn run(mut self) -> Result<SessionEnd, RelayError> {
-        loop {
-            let end = match self.drain_deadline {
-                None => self.active_turn().await?,
-                Some(deadline) => self.drain_turn(deadline).await?,
+        let end = loop {
+            let turn = match self.drain_deadline {
+                None => self.active_turn().await,
+                Some(deadline) => self.drain_turn(deadline).await,
             };
-            if let Some(end) = end {
-                return Ok(end);
+            match turn {
+                Ok(None) => {}
+                Ok(Some(end)) => break Ok(end),
+                Err(e) => break Err(e),
             }
-        }
+        };
+        D::close(&mut self).await;
+        end
     }
 
     /// Sends what waits to be sent again, waits for the most urgent of the
     /// loop's wake-ups (see the module's list) and handles it, then ends
     /// the turn in the delivery mode.
     async fn active_turn(&mut self) -> Result<Option<SessionEnd>, RelayError> {
-        if self.window.resend_due() {
+        if self.window.resend_due() && !self.delivery.busy() {
             if let Some(end) = self.resend_pending().await? {
                 return Ok(Some(end));
             }
+        }
+        if let Some(end) = self.catch_up().await? {
+            return Ok(Some(end));
         }
         // While draining, the driver reads on only to finish the open
         // transaction, so a restart does not repeat half of it.
@@ -297,10 +221,7 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
                 }
                 WatchNews::Lost(e) => return Err(SourceError::from(e).into()),
             },
-            report = self.delivery.next_report() => match report {
-                Some(report) => self.on_reports(report).await?,
-                None => Some(Reconnect::producer_stopped()),
-            },
+            news = self.delivery.news() => D::on_news(self, news).await?,
             _ = tokio::time::sleep_until(self.drain_deadline.unwrap_or(far)), if draining => None,
             // The driver confirmed something new, or the ledger may take
             // what it confirmed: the mode offers it at the turn's end. An
@@ -317,18 +238,16 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
         D::end_turn(self).await
     }
 
-    /// A report, and every one already waiting behind it: one wake-up per
-    /// burst of acks instead of one per ack.
-    async fn on_reports(
-        &mut self,
-        report: crate::sink::DeliveryReport,
-    ) -> Result<Option<SessionEnd>, RelayError> {
-        let mut next = Some(report);
-        while let Some(report) = next {
-            if let Some(end) = D::on_report(self, report).await? {
+    /// Handles what was read while the producer was busy, in WAL order, as
+    /// far as the window allows.
+    async fn catch_up(&mut self) -> Result<Option<SessionEnd>, RelayError> {
+        while !self.delivery.busy() && self.window.may_read() {
+            let Some(streamed) = self.stream.backlog.pop_front() else {
+                break;
+            };
+            if let Some(end) = self.on_streamed(streamed).await? {
                 return Ok(Some(end));
             }
-            next = self.delivery.try_report();
         }
         Ok(None)
     }
@@ -336,6 +255,10 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
     /// What the driver read, and what else is waiting while there is room
     /// for it.
     async fn on_stream(&mut self, first: Streamed) -> Result<Option<SessionEnd>, RelayError> {
+        if self.delivery.busy() || !self.stream.backlog.is_empty() {
+            self.keep_for_later(first);
+            return Ok(None);
+        }
         if let Some(end) = self.on_streamed(first).await? {
             return Ok(Some(end));
         }
@@ -361,6 +284,22 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
             self.delivery.send_now();
         }
         Ok(None)
+    }
+
+    /// Keeps what the driver read, and what else is waiting while there is
+    /// room for it, for when the producer takes records again: the
+    /// walsender is not kept waiting on a slow commit.
+    fn keep_for_later(&mut self, first: Streamed) {
+        self.stream.backlog.push_back(first);
+        for _ in 1..BATCH {
+            if !self.may_read() {
+                break;
+            }
+            let Some(streamed) = self.stream.source.try_recv() else {
+                break;
+            };
+            self.stream.backlog.push_back(streamed);
+        }
     }
 
     /// One item from the driver, in WAL order.
@@ -421,9 +360,18 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
     }
 
     /// Whether to take more from the driver: the window has room and
-    /// nothing waiting, and the stream is not drained.
+    /// nothing waiting, and the stream is not drained. While the producer
+    /// is busy, what is read waits in the backlog, which takes at most a
+    /// window's worth of items.
     fn may_read(&self) -> bool {
-        self.window.may_read() && !self.stream.drained
+        if self.stream.drained {
+            return false;
+        }
+        if self.delivery.busy() {
+            let room = self.stream.backlog.len() < self.settings.config.relay.window_events();
+            return room && self.window.halted().is_none();
+        }
+        self.stream.backlog.is_empty() && self.window.may_read()
     }
 
     /// What the slot may be confirmed to: every event up to it is
@@ -446,31 +394,4 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
 /// Its output borrows nothing, so the handler may use the whole session.
 async fn stop_asked(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|v| *v).await;
-}
-
-impl<D> Drop for Session<'_, D> {
-    /// The driver may have confirmed past filtered changes since the loop
-    /// last counted them: count them before the session is gone.
-    fn drop(&mut self) {
-        self.telemetry.filtered(self.stream.source.reported());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Dashboards and alerts select on these values.
-    #[test]
-    fn reconnect_causes_keep_their_metric_labels() {
-        let labels = ReconnectCause::ALL.map(ReconnectCause::label);
-        assert_eq!(labels, ["kafka_delivery", "kafka", "postgres"]);
-        match Reconnect::delivery("timed out") {
-            SessionEnd::Reconnect(r) => {
-                assert_eq!(r.cause, ReconnectCause::KafkaDelivery);
-                assert_eq!(r.detail, "delivery failed: timed out");
-            }
-            SessionEnd::Shutdown => panic!("a delivery failure is no shutdown"),
-        }
-    }
 }

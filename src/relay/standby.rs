@@ -17,8 +17,9 @@ use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
+use super::error::RelayError;
+use super::settings::RelaySettings;
 use super::telemetry::{RelayEvent, RelayTelemetry};
-use super::{RelayError, RelaySettings};
 use crate::source::admin::{self, AdminError};
 use crate::source::error::SourceError;
 use crate::source::replication::ReplicationError;

@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::error::RelayError;
 use super::ledger::RelayLedger;
 use super::session::{self, Lent, PoisonMemory, SessionEnd, DEAD_LETTER_REASONS};
+use super::settings::RelaySettings;
 use super::slot_record::SlotRecord;
 use super::table_watch::TableBaseline;
 use super::telemetry::{RelayEvent, RelayTelemetry};
-use super::{RelayError, RelaySettings};
 use crate::outbox::TableMappers;
 use crate::source::admin;
 use crate::source::error::SourceError;

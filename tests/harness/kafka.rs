@@ -179,12 +179,29 @@ impl KafkaBroker {
     /// As [`start`](Self::start), with `extra` lines appended to the broker's
     /// server.properties (later lines win), e.g. an authorizer.
     pub fn start_with(extra: &str) -> KafkaBroker {
+        KafkaBroker::start_on(None, extra)
+    }
+
+    /// A broker that every client, itself included, reaches through
+    /// `proxy_port` (its advertised listener), listening on `port`, where the
+    /// proxy forwards.
+    pub fn start_behind(proxy_port: u16, port: u16) -> KafkaBroker {
+        let extra = format!("advertised.listeners=PLAINTEXT://127.0.0.1:{proxy_port}\n");
+        let mut broker = KafkaBroker::start_on(Some(port), &extra);
+        broker.bootstrap = format!("127.0.0.1:{proxy_port}");
+        broker
+    }
+
+    fn start_on(port: Option<u16>, extra: &str) -> KafkaBroker {
         let dir = tempfile::Builder::new()
             .prefix("outboxd-kafka-")
             .tempdir()
             .expect("temp dir for kafka");
         let dir_str = dir.path().to_str().expect("utf-8 temp dir").to_string();
-        let bootstrap = run_script_with(&["start", &dir_str], extra);
+        let port = port.map(|p| p.to_string());
+        let mut args = vec!["start", dir_str.as_str()];
+        args.extend(port.as_deref());
+        let bootstrap = run_script_with(&args, extra);
         assert!(
             bootstrap.starts_with("127.0.0.1:"),
             "unexpected output from scripts/kafka.sh start: {bootstrap:?}"

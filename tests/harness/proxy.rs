@@ -6,12 +6,18 @@
 //! Held bytes are forwarded once the link heals, as TCP retransmission would
 //! deliver them. New connections made meanwhile are accepted (the proxy's
 //! kernel answers the SYN) but reach the server only after healing.
+//!
+//! It can also put a server far away ([`Proxy::start_delayed`]): every chunk
+//! is forwarded a fixed time after it arrived, in each direction, with no
+//! limit on what is on its way (a long fat link, not a slow one). The
+//! kernel here has no `netem`.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often an idle pump looks at the switch.
 const POLL: Duration = Duration::from_millis(20);
@@ -20,6 +26,8 @@ const POLL: Duration = Duration::from_millis(20);
 struct Switch {
     black_hole: AtomicBool,
     stop: AtomicBool,
+    /// How long each chunk takes, one way.
+    delay: Duration,
 }
 
 impl Switch {
@@ -40,10 +48,19 @@ pub struct Proxy {
 impl Proxy {
     /// Listens on 127.0.0.1 (a free port) and forwards to `upstream`.
     pub fn start(upstream: SocketAddr) -> Proxy {
+        Proxy::start_delayed(upstream, Duration::ZERO)
+    }
+
+    /// As [`start`](Self::start), each chunk forwarded `delay` after it
+    /// arrived, in both directions.
+    pub fn start_delayed(upstream: SocketAddr, delay: Duration) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
-        let switch = Arc::new(Switch::default());
+        let switch = Arc::new(Switch {
+            delay,
+            ..Switch::default()
+        });
         let s = Arc::clone(&switch);
         std::thread::spawn(move || {
             while !s.stop.load(SeqCst) {
@@ -97,7 +114,49 @@ fn connect(client: TcpStream, upstream: SocketAddr, switch: Arc<Switch>) {
 }
 
 /// Copies `from` to `to` while the link is open; closes both at the end.
-fn pump(mut from: TcpStream, mut to: TcpStream, switch: Arc<Switch>) {
+fn pump(from: TcpStream, to: TcpStream, switch: Arc<Switch>) {
+    if switch.delay.is_zero() {
+        pump_now(from, to, switch);
+    } else {
+        pump_delayed(from, to, switch);
+    }
+}
+
+/// A delay line: this thread reads and stamps each chunk, another writes it
+/// when it is due, so chunks overlap on the way as on a long link.
+fn pump_delayed(mut from: TcpStream, mut to: TcpStream, switch: Arc<Switch>) {
+    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    let writer = std::thread::spawn(move || {
+        for (due, chunk) in rx {
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            if to.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+    });
+    let _ = from.set_read_timeout(Some(POLL));
+    let mut buf = vec![0u8; 64 * 1024];
+    while !switch.stop.load(SeqCst) {
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+            Err(_) => break,
+        };
+        if tx
+            .send((Instant::now() + switch.delay, buf[..n].to_vec()))
+            .is_err()
+        {
+            break;
+        }
+    }
+    drop(tx);
+    let _ = writer.join();
+    let _ = from.shutdown(Shutdown::Both);
+}
+
+fn pump_now(mut from: TcpStream, mut to: TcpStream, switch: Arc<Switch>) {
     let _ = from.set_read_timeout(Some(POLL));
     let mut buf = vec![0u8; 64 * 1024];
     loop {

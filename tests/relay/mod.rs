@@ -21,6 +21,7 @@ mod partitioned;
 mod pg_restart;
 mod poison;
 mod slot_loss;
+mod slow_commits;
 mod standby;
 mod table_watch;
 mod tables;

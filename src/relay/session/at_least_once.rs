@@ -18,13 +18,14 @@ use std::time::Duration;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
-use super::ledger::{RelayLedger, Start};
 use super::mode::{producer, retire, DeliveryMode, Drain, Step};
+use super::parts::{Reconnect, Session};
 use super::send::Trouble;
 use super::telemetry::TelemetryEvent;
 use super::window::{ends_with_the_producer, InFlight, Window};
-use super::{Reconnect, Session};
-use crate::relay::{RelayError, RelaySettings};
+use crate::relay::error::RelayError;
+use crate::relay::ledger::{RelayLedger, Start};
+use crate::relay::settings::RelaySettings;
 use crate::sink::{DeliveryReport, FailureKind, KafkaSink, SendError};
 use crate::Lsn;
 
@@ -86,13 +87,14 @@ impl DeliveryMode for AtLeastOnce {
         self.sink.send_now();
     }
 
-    async fn next_report(&mut self) -> Option<DeliveryReport> {
+    type News = Option<DeliveryReport>;
+
+    async fn news(&mut self) -> Option<DeliveryReport> {
         self.sink.next_report().await
     }
 
-    #[inline]
-    fn try_report(&mut self) -> Option<DeliveryReport> {
-        self.sink.try_report()
+    fn busy(&self) -> bool {
+        false
     }
 
     /// Acknowledgements are final: the window alone decides.
@@ -109,17 +111,20 @@ impl DeliveryMode for AtLeastOnce {
         Some(Instant::from_std(at))
     }
 
-    async fn on_report(s: &mut Session<'_, Self>, report: DeliveryReport) -> Step {
-        match s.book(report) {
-            None => Ok(None),
-            // Suspect it (alone it was the culprit), and go on with a
-            // fresh producer.
-            Some(Trouble::Refusal(cause)) => s.replace_producer(ProducerEnd::Refused, &cause).await,
-            Some(Trouble::ProducerEnded(cause)) => {
-                s.replace_producer(ProducerEnd::Unexplained, &cause).await
+    /// A report, and every one already waiting behind it: one wake-up per
+    /// burst of acks instead of one per ack.
+    async fn on_news(s: &mut Session<'_, Self>, report: Option<DeliveryReport>) -> Step {
+        let Some(report) = report else {
+            return Ok(Some(Reconnect::producer_stopped()));
+        };
+        let mut next = Some(report);
+        while let Some(report) = next {
+            if let Some(end) = s.on_report(report).await? {
+                return Ok(Some(end));
             }
-            Some(Trouble::Outage(cause)) => Ok(Some(s.give_up(&cause))),
+            next = s.delivery.sink.try_report();
         }
+        Ok(None)
     }
 
     /// Waits for Kafka to acknowledge something, for as long as a hung
@@ -132,7 +137,7 @@ impl DeliveryMode for AtLeastOnce {
         let Some(report) = s.delivery.sink.next_report().await else {
             return Ok(Some(Reconnect::producer_stopped()));
         };
-        Self::on_report(s, report).await
+        s.on_report(report).await
     }
 
     /// Waits until nothing else is in flight, sends the suspect, and waits
@@ -203,7 +208,7 @@ impl DeliveryMode for AtLeastOnce {
             return Ok(Drain::Going);
         }
         while let Some(report) = s.delivery.sink.try_report() {
-            if let Some(end) = Self::on_report(s, report).await? {
+            if let Some(end) = s.on_report(report).await? {
                 return Ok(Drain::End(end));
             }
         }
@@ -218,16 +223,38 @@ impl DeliveryMode for AtLeastOnce {
             s.ledger.flush(entry).await;
         }
     }
+
+    /// What the producer holds is reported or purged as it goes: nothing
+    /// to wait for.
+    async fn close(_s: &mut Session<'_, Self>) {}
 }
 
 impl Session<'_, AtLeastOnce> {
+    /// One report: the window judges it, and the producer is replaced (or
+    /// the session ends) when it asks for that.
+    async fn on_report(&mut self, report: DeliveryReport) -> Step {
+        match self.book(report) {
+            None => Ok(None),
+            // Suspect it (alone it was the culprit), and go on with a
+            // fresh producer.
+            Some(Trouble::Refusal(cause)) => {
+                self.replace_producer(ProducerEnd::Refused, &cause).await
+            }
+            Some(Trouble::ProducerEnded(cause)) => {
+                self.replace_producer(ProducerEnd::Unexplained, &cause)
+                    .await
+            }
+            Some(Trouble::Outage(cause)) => Ok(Some(self.give_up(&cause))),
+        }
+    }
+
     /// Handles delivery reports until `done` holds (or the session must end).
     async fn drain_reports(&mut self, done: impl Fn(&Window<'_>) -> bool) -> Step {
         while !done(&self.window) && self.window.halted().is_none() {
             let Some(report) = self.delivery.sink.next_report().await else {
                 return Ok(Some(Reconnect::producer_stopped()));
             };
-            if let Some(end) = AtLeastOnce::on_report(self, report).await? {
+            if let Some(end) = self.on_report(report).await? {
                 return Ok(Some(end));
             }
         }

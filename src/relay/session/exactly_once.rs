@@ -16,24 +16,35 @@ mod producer;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
-use super::ledger::{FencingCheck, RelayLedger, Start};
 use super::mode::{DeliveryMode, Drain, Step};
+use super::parts::Session;
 use super::window::{InFlight, Window};
-use super::Session;
-use crate::relay::{RelayError, RelaySettings};
-use crate::sink::{DeliveryReport, FailureKind, SendError, TransactionError};
+use crate::relay::error::RelayError;
+use crate::relay::ledger::{FencingCheck, RelayLedger, Start};
+use crate::relay::settings::RelaySettings;
+use crate::sink::{FailureKind, SendError, TransactionError};
 use crate::Lsn;
-pub(super) use producer::AbortOutcome;
-use producer::Transactional;
+use producer::{CommitCall, Transactional};
 
 pub(super) struct ExactlyOnce {
     producer: Transactional,
+    /// The ledger entry and the telemetry of the commit under way.
+    pending: Option<PendingCommit>,
     /// The position of the last committed ledger entry, which the slot is
     /// never confirmed past.
     committed: Lsn,
     /// The ledger read after this session's producer fenced the last one,
     /// under way until the first commit waits for it.
     fencing_check: Option<FencingCheck>,
+}
+
+/// What the session knows of the commit under way.
+struct PendingCommit {
+    /// The ledger entry it carries.
+    entry: crate::progress::ledger::LedgerEntry,
+    /// Event records in it.
+    events: usize,
+    started: Instant,
 }
 
 impl DeliveryMode for ExactlyOnce {
@@ -50,6 +61,7 @@ impl DeliveryMode for ExactlyOnce {
         let producer = Transactional::open(settings, ledger_key).await?;
         Ok(ExactlyOnce {
             producer,
+            pending: None,
             // The ledger has everything up to its position in Kafka.
             committed: start.skip_through.map_or(start_lsn, |t| t.max(start_lsn)),
             fencing_check: ledger.check_after_fencing(start),
@@ -67,13 +79,17 @@ impl DeliveryMode for ExactlyOnce {
     /// The commit flushes; nothing lingers past it.
     fn send_now(&self) {}
 
-    /// Reports come only with a commit or an abort.
-    async fn next_report(&mut self) -> Option<DeliveryReport> {
-        std::future::pending().await
+    /// Reports come only with a commit or an abort; what is waited for is
+    /// the commit under way.
+    type News = CommitCall;
+
+    async fn news(&mut self) -> CommitCall {
+        self.producer.commit_call().await
     }
 
-    fn try_report(&mut self) -> Option<DeliveryReport> {
-        None
+    /// A commit is under way: the next transaction begins once it ended.
+    fn busy(&self) -> bool {
+        self.producer.committing()
     }
 
     fn ceiling(&self) -> Lsn {
@@ -85,12 +101,8 @@ impl DeliveryMode for ExactlyOnce {
         s.commit_due(Instant::now())
     }
 
-    /// Never called: reports come with commits and aborts, booked there.
-    async fn on_report(s: &mut Session<'_, Self>, report: DeliveryReport) -> Step {
-        match s.book(report) {
-            None => Ok(None),
-            Some(trouble) => Ok(Some(s.give_up(trouble.cause()))),
-        }
+    async fn on_news(s: &mut Session<'_, Self>, call: CommitCall) -> Step {
+        s.commit_ended(call).await
     }
 
     /// Room comes with the commit of what the queue holds.
@@ -104,6 +116,9 @@ impl DeliveryMode for ExactlyOnce {
     /// instead would split its database transaction: its first events
     /// visible without the rest and without its dead-letter copy.
     async fn trial(s: &mut Session<'_, Self>, mut entry: InFlight) -> Step {
+        if let Some(end) = s.settle_commit().await? {
+            return Ok(Some(end));
+        }
         if let Err(e) = s.delivery.producer.flush().await {
             return s.transaction_failed(e).await;
         }
@@ -151,6 +166,9 @@ impl DeliveryMode for ExactlyOnce {
             s.abort("the relay is halted and stopping").await;
             return Ok(Drain::Done);
         }
+        if let Some(end) = s.settle_commit().await? {
+            return Ok(Drain::End(end));
+        }
         // What was read until the stream drained is acked by its commit.
         if s.stream.drained {
             let moved = s.ledger_position().through > s.delivery.committed;
@@ -166,4 +184,12 @@ impl DeliveryMode for ExactlyOnce {
 
     /// The last entry went with the last commit.
     async fn finish(_s: &mut Session<'_, Self>, _confirmed: Lsn) {}
+
+    /// A commit under way ends (within `transaction.timeout.ms`) before
+    /// the session does: left to itself it could land after the next
+    /// session read the ledger, which would then start from an older
+    /// entry than Kafka has, and name it in a gap.
+    async fn close(s: &mut Session<'_, Self>) {
+        s.close_commit().await;
+    }
 }

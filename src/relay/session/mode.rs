@@ -26,14 +26,13 @@ use std::sync::Arc;
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
-use super::ledger::{RelayLedger, Start};
+use super::parts::{Session, SessionEnd};
 use super::window::InFlight;
-use super::{Session, SessionEnd};
 use crate::metrics as m;
-use crate::relay::{RelayError, RelaySettings};
-use crate::sink::{
-    DeliveryReport, FailureKind, KafkaSink, QueueBound, SendError, TransactionControl,
-};
+use crate::relay::error::RelayError;
+use crate::relay::ledger::{RelayLedger, Start};
+use crate::relay::settings::RelaySettings;
+use crate::sink::{FailureKind, KafkaSink, QueueBound, SendError, TransactionControl};
 use crate::Lsn;
 
 /// What a draining turn found.
@@ -74,11 +73,17 @@ pub(super) trait DeliveryMode: Sized {
     /// walsender, so no batch mate is coming.
     fn send_now(&self);
 
-    /// The next report; cancel-safe. `None` once the producer is gone.
-    async fn next_report(&mut self) -> Option<DeliveryReport>;
+    /// What the mode waits for besides the stream: a delivery report
+    /// (at-least-once), the end of a commit under way (exactly-once).
+    type News;
 
-    /// A report already waiting, if any.
-    fn try_report(&mut self) -> Option<DeliveryReport>;
+    /// The next news; cancel-safe.
+    async fn news(&mut self) -> Self::News;
+
+    /// Whether the producer takes no records for now (a commit under way):
+    /// the loop reads on meanwhile, as far as the window allows, and keeps
+    /// what it read for when the producer takes records again.
+    fn busy(&self) -> bool;
 
     /// The slot is never confirmed past this, whatever was acknowledged.
     fn ceiling(&self) -> Lsn;
@@ -86,9 +91,8 @@ pub(super) trait DeliveryMode: Sized {
     /// When the loop must wake for the mode even if nothing else happens.
     fn wake_at(s: &Session<'_, Self>) -> Option<Instant>;
 
-    /// One report from [`DeliveryMode::next_report`]: the window judges
-    /// it, and the mode does what it asks of the producer.
-    async fn on_report(s: &mut Session<'_, Self>, report: DeliveryReport) -> Step;
+    /// Handles news from [`DeliveryMode::news`].
+    async fn on_news(s: &mut Session<'_, Self>, news: Self::News) -> Step;
 
     /// The producer's queue is full: make room for one more record.
     async fn make_room(s: &mut Session<'_, Self>) -> Step;
@@ -116,6 +120,10 @@ pub(super) trait DeliveryMode: Sized {
 
     /// The stream was finished at `confirmed`: the mode's last word.
     async fn finish(s: &mut Session<'_, Self>, confirmed: Lsn);
+
+    /// The session ends, whyever: what the mode still has under way ends
+    /// first, so that the next session starts from what it did.
+    async fn close(s: &mut Session<'_, Self>);
 }
 
 /// Destroying a librdkafka client joins its threads: not on this one.

@@ -6,13 +6,14 @@
 use std::sync::Arc;
 
 use super::mode::DeliveryMode;
+use super::parts::Session;
 use super::telemetry::TelemetryEvent;
 use super::verdicts::{EventIdentity, Refusal};
 use super::window::{Halt, InFlight};
-use super::Session;
 use crate::config::OnError;
 use crate::outbox::{KafkaRecord, OutboxEvent};
-use crate::relay::{dead_letter, RelayError};
+use crate::relay::dead_letter;
+use crate::relay::error::RelayError;
 
 /// `reason` values of the dead-letter counter: a mapping failed, or Kafka
 /// refused the record.

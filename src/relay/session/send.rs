@@ -10,13 +10,13 @@
 //! delivery mode's to decide ([`DeliveryMode`]).
 
 use super::mode::{DeliveryMode, Step};
+use super::parts::{Reconnect, Session, SessionEnd};
 use super::poison::Undeliverable;
 use super::telemetry::TelemetryEvent;
 use super::verdicts::Refusal;
 use super::window::{InFlight, Reported, Route};
-use super::{Reconnect, Session, SessionEnd};
 use crate::progress::ledger::CommitPosition;
-use crate::relay::RelayError;
+use crate::relay::error::RelayError;
 use crate::sink::{DeliveryReport, FailureKind, SendError};
 use crate::source::assembler::SourceItem;
 

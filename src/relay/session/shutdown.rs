@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::mode::{DeliveryMode, Drain};
+use super::parts::{Session, SessionEnd};
 use super::telemetry::TelemetryEvent;
-use super::{Session, SessionEnd};
-use crate::relay::RelayError;
+use crate::relay::error::RelayError;
 
 /// Least time a graceful stop waits for the table watch to vouch for the
 /// last acked position (beyond three status intervals): two looks on a

@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use metrics::{Counter, Gauge, Histogram};
 
-use super::exactly_once::AbortOutcome;
 use super::window::{Halt, InFlight};
 use crate::metrics::{self as m, Health};
 use crate::outbox::{KafkaRecord, OutboxEvent};
@@ -92,7 +91,8 @@ pub(super) enum TelemetryEvent<'e> {
     TransactionAborted {
         events: usize,
         cause: &'e str,
-        outcome: &'e AbortOutcome,
+        /// Why the brokers did not confirm the abort, if they did not.
+        unconfirmed: Option<&'e str>,
     },
     /// Another instance took this one's transactional id over.
     Fenced(&'e str),
@@ -222,8 +222,8 @@ impl Telemetry {
             E::TransactionAborted {
                 events,
                 cause,
-                outcome,
-            } => aborted(events, cause, outcome),
+                unconfirmed,
+            } => aborted(events, cause, unconfirmed),
             E::Fenced(error) => {
                 tracing::error!(%error, "fenced by another outboxd: this instance stops writing; nothing it had in flight becomes visible");
                 metrics::counter!(m::FENCED).increment(1);
@@ -278,12 +278,12 @@ impl Telemetry {
 }
 
 /// A Kafka transaction given up, said the way its outcome warrants.
-fn aborted(events: usize, cause: &str, outcome: &AbortOutcome) {
-    match outcome {
-        AbortOutcome::Aborted => {
+fn aborted(events: usize, cause: &str, unconfirmed: Option<&str>) {
+    match unconfirmed {
+        None => {
             tracing::warn!(events, %cause, "Kafka transaction aborted: none of its records is visible to read_committed consumers; resuming from the position ledger")
         }
-        AbortOutcome::Unconfirmed(error) => {
+        Some(error) => {
             tracing::warn!(events, %cause, abort_error = %error, "Kafka transaction aborted, but the brokers did not confirm the abort: it may still commit (a commit still unfinished within transaction.timeout.ms goes on in the background). The next producer with this transactional id ends it, and the next session reads the position ledger to its end to learn whether it did")
         }
     }

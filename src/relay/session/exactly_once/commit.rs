@@ -19,6 +19,17 @@
 //! transaction holding only the ledger entry, once per status interval, no
 //! further than the table watch vouches for (as the slot).
 //!
+//! A commit runs on a task of its own while the loop reads on: what the
+//! walsender sends meanwhile waits in the session's backlog, unmapped, and
+//! is handled in WAL order once the commit ended, so the next transaction
+//! holds all of it. Waiting for the commit instead kept the walsender
+//! waiting too, and then took the keepalives it had sent before the pile
+//! for "idle": every commit as slow as the last carried a few events, and
+//! a broker 20 ms away left the relay a minute behind (`relay::slow_commits`).
+//! Nothing of a transaction is sent before the last one committed, so the
+//! window, its positions and the ledger entries are as with one commit at a
+//! time.
+//!
 //! The slot is confirmed up to the last committed entry at most, so the
 //! ledger is never behind the slot: a restart skips what the ledger has
 //! (read `read_committed`) and repeats nothing. An abort, or a commit whose
@@ -29,13 +40,14 @@
 use tokio::time::Instant;
 
 use super::super::mode::Step;
+use super::super::parts::{Reconnect, Session, SessionEnd};
 use super::super::send::Trouble;
 use super::super::telemetry::TelemetryEvent;
 use super::super::window::Position;
-use super::super::{Reconnect, ReconnectCause, Session, SessionEnd};
-use super::producer::LedgerRecord;
-use super::ExactlyOnce;
-use crate::relay::RelayError;
+use super::producer::{AbortOutcome, CommitCall, LedgerRecord};
+use super::{ExactlyOnce, PendingCommit};
+use crate::relay::error::RelayError;
+use crate::relay::telemetry::ReconnectCause;
 use crate::sink::{ledger_record, DeliveryReport, TransactionError};
 
 /// What the reports of a committed transaction said.
@@ -52,7 +64,8 @@ impl Session<'_, ExactlyOnce> {
     /// When the open Kafka transaction (or an idle ledger move) is due, if
     /// anything is to commit.
     pub(super) fn commit_due(&self, now: Instant) -> Option<Instant> {
-        if self.window.halted().is_some() || self.window.waiting() > 0 {
+        let busy = self.delivery.producer.committing();
+        if busy || self.window.halted().is_some() || self.window.waiting() > 0 {
             return None;
         }
         let relay = &self.settings.config.relay;
@@ -99,19 +112,63 @@ impl Session<'_, ExactlyOnce> {
         position
     }
 
-    /// Commits now if due (see [`Session::commit_due`]).
+    /// Starts a commit if one is due (see [`Session::commit_due`]); the
+    /// loop reads on while it is under way.
     pub(super) async fn commit_if_due(&mut self) -> Step {
         let now = Instant::now();
         match self.commit_due(now) {
-            Some(at) if at <= now => self.commit().await,
+            Some(at) if at <= now => self.start_commit().await,
             _ => Ok(None),
         }
     }
 
-    /// Commits the open Kafka transaction with the ledger entry for the
-    /// window's position, then books its reports: acks, now that they are
-    /// visible. Without an open one, commits the entry alone.
+    /// Commits the open Kafka transaction (after the one under way, if
+    /// any) and waits for it. Without an open one, commits the entry
+    /// alone.
     pub(super) async fn commit(&mut self) -> Step {
+        if let Some(end) = self.settle_commit().await? {
+            return Ok(Some(end));
+        }
+        if let Some(end) = self.start_commit().await? {
+            return Ok(Some(end));
+        }
+        self.settle_commit().await
+    }
+
+    /// Waits for the commit under way, if any, and books it.
+    pub(super) async fn settle_commit(&mut self) -> Step {
+        if !self.delivery.producer.committing() {
+            return Ok(None);
+        }
+        let call = self.delivery.producer.commit_call().await;
+        self.commit_ended(call).await
+    }
+
+    /// Books the commit whose call ended; a failed one is aborted, and the
+    /// session ends.
+    pub(super) async fn commit_ended(&mut self, call: CommitCall) -> Step {
+        match self.finish_commit(call).await {
+            Ok(end) => Ok(end),
+            Err(e) => self.transaction_failed(e).await,
+        }
+    }
+
+    /// Lets the commit under way end; its outcome is booked, and a failure
+    /// told (its transaction stays open: to abort, or for the next
+    /// producer with the transactional id to end).
+    pub(super) async fn close_commit(&mut self) {
+        if !self.delivery.producer.committing() {
+            return;
+        }
+        let call = self.delivery.producer.commit_call().await;
+        if let Err(e) = self.finish_commit(call).await {
+            tracing::warn!(error = %e, "the Kafka transaction commit under way failed");
+        }
+    }
+
+    /// Sends the ledger entry for the window's position into the open
+    /// Kafka transaction and starts its commit.
+    async fn start_commit(&mut self) -> Step {
         if let Some(end) = self.fencing_checked().await? {
             return Ok(Some(end));
         }
@@ -137,10 +194,33 @@ impl Session<'_, ExactlyOnce> {
             .producer
             .open_transaction()
             .map_or(0, |(n, _)| n);
-        let started = Instant::now();
-        let reports = match self.delivery.producer.commit(record).await {
-            Ok(reports) => reports,
-            Err(e) => return self.transaction_failed(e).await,
+        if let Err(e) = self.delivery.producer.start_commit(record) {
+            return self.transaction_failed(e).await;
+        }
+        self.delivery.pending = Some(PendingCommit {
+            entry,
+            events,
+            started: Instant::now(),
+        });
+        Ok(None)
+    }
+
+    /// The commit's end: its reports booked, acks now that they are
+    /// visible, and the ledger told; or the failure, for the caller to
+    /// abort the transaction (still open).
+    async fn finish_commit(
+        &mut self,
+        call: CommitCall,
+    ) -> Result<Option<SessionEnd>, TransactionError> {
+        let reports = self.delivery.producer.committed(call).await?;
+        let Some(PendingCommit {
+            entry,
+            events,
+            started,
+        }) = self.delivery.pending.take()
+        else {
+            debug_assert!(false, "a commit ended that was never started");
+            return Ok(None);
         };
         let booked = self.book_committed(reports, events);
         self.telemetry.emit(TelemetryEvent::TransactionCommitted {
@@ -152,16 +232,16 @@ impl Session<'_, ExactlyOnce> {
         self.ledger.committed(entry);
         // Committed, so the ledger has them: the next session skips them
         // rather than wait here for reports.
-        match booked {
-            Committed::Complete => Ok(None),
-            Committed::Incomplete => Ok(Some(
+        Ok(match booked {
+            Committed::Complete => None,
+            Committed::Incomplete => Some(
                 self.give_up("the reports of a committed Kafka transaction did not all come back"),
-            )),
-            Committed::Contradicted(trouble) => Ok(Some(self.give_up(&format!(
+            ),
+            Committed::Contradicted(trouble) => Some(self.give_up(&format!(
                 "a committed Kafka transaction reported a failed record: {}",
                 trouble.cause()
-            )))),
-        }
+            ))),
+        })
     }
 
     /// Books the reports of a committed transaction of `events` records:
@@ -235,6 +315,10 @@ impl Session<'_, ExactlyOnce> {
     /// Aborts the open transaction. Its reports are booked as failures, so
     /// the verdicts on records the broker refused outlive the session.
     pub(super) async fn abort(&mut self, cause: &str) {
+        // The commit under way ends first: it holds what came before the
+        // cause, and librdkafka takes no abort meanwhile. A failed commit
+        // leaves its transaction open, aborted below.
+        self.close_commit().await;
         let Some((events, _)) = self.delivery.producer.open_transaction() else {
             return;
         };
@@ -250,7 +334,10 @@ impl Session<'_, ExactlyOnce> {
         self.telemetry.emit(TelemetryEvent::TransactionAborted {
             events,
             cause,
-            outcome: &outcome,
+            unconfirmed: match &outcome {
+                AbortOutcome::Aborted => None,
+                AbortOutcome::Unconfirmed(error) => Some(error),
+            },
         });
     }
 }

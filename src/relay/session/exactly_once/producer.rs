@@ -11,12 +11,14 @@
 
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::super::mode::{producer, retire};
 use crate::outbox::KafkaRecord;
 use crate::progress::DeliveryId;
-use crate::relay::{RelayError, RelaySettings};
+use crate::relay::error::RelayError;
+use crate::relay::settings::RelaySettings;
 use crate::sink::{
     DeliveryFailure, DeliveryReport, FailureKind, KafkaSink, SendError, TransactionCall,
     TransactionControl, TransactionError,
@@ -49,6 +51,7 @@ pub(in crate::relay::session) enum AbortOutcome {
     /// out which.
     Unconfirmed(String),
 }
+
 /// The position ledger's record, for a transaction to hold.
 pub(in crate::relay::session) struct LedgerRecord {
     pub(in crate::relay::session) topic: String,
@@ -66,7 +69,13 @@ pub(super) struct Transactional {
     /// A commit that came back unfinished: librdkafka goes on with it and
     /// refuses an abort, so none is asked for.
     unfinished_commit: bool,
+    /// The commit call under way, on a task of its own: the session reads
+    /// on meanwhile. The transaction stays open until it succeeded.
+    committing: Option<JoinHandle<Result<(), TransactionError>>>,
 }
+
+/// How a commit call ended, for [`Transactional::committed`].
+pub(in crate::relay::session) struct CommitCall(Result<(), TransactionError>);
 
 struct OpenTransaction {
     /// Event records in it.
@@ -135,6 +144,7 @@ impl Transactional {
             open: None,
             budget: kafka.transaction_timeout(),
             unfinished_commit: false,
+            committing: None,
         })
     }
 
@@ -162,13 +172,11 @@ impl Transactional {
         self.open.as_ref().map(|o| (o.records, o.began))
     }
 
-    /// Commits the open Kafka transaction (beginning one if none is open)
-    /// with `ledger`, the position ledger's record for what it holds, and
-    /// hands over the reports of its records, every one an ack.
-    pub(super) async fn commit(
-        &mut self,
-        ledger: LedgerRecord,
-    ) -> Result<Vec<DeliveryReport>, TransactionError> {
+    /// Sends `ledger`, the position ledger's record for what the open
+    /// transaction holds (beginning one if none is open), and starts its
+    /// commit on a task of its own: see [`Transactional::commit_call`].
+    pub(super) fn start_commit(&mut self, ledger: LedgerRecord) -> Result<(), TransactionError> {
+        debug_assert!(self.committing.is_none(), "one commit at a time");
         let no_headers: &[(&str, Option<&[u8]>)] = &[];
         self.begin()?;
         let sent = self.sink.send(
@@ -188,7 +196,39 @@ impl Transactional {
         if let Some(open) = &mut self.open {
             open.owed += 1;
         }
-        if let Err(e) = self.control.commit(self.budget).await {
+        let (control, budget) = (self.control.clone(), self.budget);
+        self.committing = Some(tokio::spawn(async move { control.commit(budget).await }));
+        Ok(())
+    }
+
+    /// Whether a commit is under way: nothing may be sent until it ended.
+    pub(super) fn committing(&self) -> bool {
+        self.committing.is_some()
+    }
+
+    /// Resolves once the commit under way ended (never while none is);
+    /// cancel-safe. Hand what it returns to [`Transactional::committed`]
+    /// at once.
+    pub(super) async fn commit_call(&mut self) -> CommitCall {
+        let Some(call) = &mut self.committing else {
+            return std::future::pending().await;
+        };
+        CommitCall(call.await.unwrap_or_else(|e| {
+            Err(TransactionError::Fatal {
+                code: rdkafka::types::RDKafkaErrorCode::Fail,
+                message: format!("the transaction commit did not finish: {e}"),
+            })
+        }))
+    }
+
+    /// The commit's end: the reports of its records, every one an ack; or
+    /// why it failed, the transaction still open (to abort).
+    pub(super) async fn committed(
+        &mut self,
+        call: CommitCall,
+    ) -> Result<Vec<DeliveryReport>, TransactionError> {
+        self.committing = None;
+        if let Err(e) = call.0 {
             if let TransactionError::Unfinished {
                 call: TransactionCall::Commit,
                 ..
