@@ -2,6 +2,7 @@
 //! slot/publication administration on an ordinary SQL connection.
 
 pub mod admin;
+mod confirmation_lag;
 pub(crate) mod driver;
 pub mod outbox_rows;
 pub mod pgoutput;

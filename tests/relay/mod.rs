@@ -22,4 +22,5 @@ mod poison;
 mod slot_loss;
 mod standby;
 mod table_watch;
+mod table_watch_idle;
 mod tables;

@@ -17,7 +17,9 @@ pub(crate) use inspect::{
     Issue, PublicationFacts, ServerFacts, SyncFacts, TableFacts, TypeFit,
 };
 pub use sql::connect_sql;
-pub(crate) use watch::{judge_all, named_change, observe, Observation, TableChange, TableIdentity};
+pub(crate) use watch::{
+    judge_all, named_change, observe, prepare_look, Look, Observation, TableChange, TableIdentity,
+};
 
 use crate::source::replication::WalConnection;
 use crate::source::session::SourceTable;
