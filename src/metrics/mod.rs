@@ -72,6 +72,13 @@ pub(crate) const STANDBY: &str = "outboxd_standby";
 pub(crate) const CONNECTED: &str = "outboxd_connected";
 /// Seconds the confirmed position has stood still while events were pending (gauge).
 pub(crate) const STALL_SECONDS: &str = "outboxd_stall_seconds";
+/// Seconds the oldest position ready to confirm (acknowledged by Kafka, in
+/// exactly-once committed) has waited for the slot to be confirmed past
+/// it; 0 when nothing waits (gauge). What a `kill -9` would repeat.
+pub(crate) const CONFIRMATION_LAG_SECONDS: &str = "outboxd_confirmation_lag_seconds";
+/// Seconds one look of the table watch took: one statement, a reconnect
+/// included when it needed one (histogram).
+pub(crate) const TABLE_WATCH_LOOK_SECONDS: &str = "outboxd_table_watch_look_seconds";
 /// Kafka transactions of `relay.delivery = "exactly-once"`, by `outcome`:
 /// `committed` or `aborted` (counter).
 pub(crate) const KAFKA_TRANSACTIONS: &str = "outboxd_kafka_transactions_total";
@@ -175,6 +182,7 @@ pub fn serve(addr: SocketAddr, health: Arc<Health>) -> Result<(), MetricsError> 
         COMMIT_TO_ACK_SECONDS,
         WAL_RECEIVE_TO_ACK_SECONDS,
         KAFKA_TRANSACTION_COMMIT_SECONDS,
+        TABLE_WATCH_LOOK_SECONDS,
     ];
     for name in latencies {
         builder = builder
@@ -284,6 +292,16 @@ fn describe() {
         STALL_SECONDS,
         Unit::Seconds,
         "Time the confirmed position has stood still while events were pending"
+    );
+    describe_gauge!(
+        CONFIRMATION_LAG_SECONDS,
+        Unit::Seconds,
+        "Wait of the oldest acknowledged position not yet confirmed to PostgreSQL (0: none waits)"
+    );
+    describe_histogram!(
+        TABLE_WATCH_LOOK_SECONDS,
+        Unit::Seconds,
+        "One look of the table watch at the outbox tables and the WAL position"
     );
     describe_histogram!(
         COMMIT_TO_ACK_SECONDS,

@@ -8,19 +8,59 @@
 //! must stay before them so that, once the table is published again, they
 //! can be found and re-published.
 //!
-//! A task on its own SQL connection looks four times per status interval
-//! ([`LOOKS_PER_INTERVAL`]; [`admin::observe`]: the WAL position, then the
-//! catalog). The position a look read becomes confirmable when the *next*
-//! look finds the table intact, not the same look: a commit is written to
-//! the WAL before it becomes visible to snapshots (the committing backend
-//! flushes its commit record, then leaves the running set, a matter of
-//! microseconds unless it is descheduled), so a change committed just
-//! before the position was read may still be invisible to that same look.
-//! A quarter of an interval later it is visible. The relay confirms the
-//! minimum of the ack tracker's position and this ceiling; that costs at
-//! most half a status interval and the duration of a look in confirmation
-//! lag after a commit (measured under load at a 1 s interval: the slot
-//! held positions written 0.27-0.52 s before a `kill -9`).
+//! A look ([`admin::observe`]) is one prepared statement, made once per
+//! connection on the task's own SQL connection, that reads every watched
+//! table's identity and the server's WAL position: one round trip. Why that
+//! keeps the vouched position honest:
+//! - A look never vouches for the position it reads. Every snapshot the
+//!   statement reads the catalog through (its own, and the catalog
+//!   snapshot behind `to_regclass` and `pg_publication_tables`) is taken
+//!   once the statement has begun, and the position is read while it runs,
+//!   so a change committed in between lies below the position yet may be
+//!   invisible to the look. The position becomes confirmable when the
+//!   *next* look finds the tables intact ([`Observation::lsn`] of the last
+//!   intact look is what the one after it raises the ceiling to).
+//! - The next look's statement is sent after the previous one's answer
+//!   came back, so every snapshot it reads through is taken after that
+//!   position was read, hence after everything below it was written: the
+//!   invariant's order, whichever of its snapshots a part of the statement
+//!   used. What remains is the gap between a commit's WAL record and its
+//!   visibility (the committing backend flushes its commit record, then
+//!   leaves the running set and sends its catalog invalidations, a matter
+//!   of microseconds unless it is descheduled): looks begin at least a busy
+//!   period ([`BUSY_LOOKS_PER_INTERVAL`]) apart, by then it is visible.
+//! - Reading the identities and the position together cannot make a look
+//!   vouch for a mix of two catalog states: what it vouches for needs only
+//!   that *all* its snapshots are later than the previous look's position,
+//!   and they are. Within one statement a look overlapping a change's
+//!   commit can see part of it (the mix `admin::named_change` exists for);
+//!   that can name the wrong change, never confirm the wrong position, and
+//!   a second look, a statement begun after the first ended, names it.
+//! - The time a halt names the rows to re-publish from is the last intact
+//!   look's `now()` (its transaction's start, before its snapshots), and
+//!   the WAL position it names is the ceiling (read by an earlier look):
+//!   both before any change that look did not see.
+//!
+//! When it looks: on a busy beat, [`BUSY_LOOKS_PER_INTERVAL`] per status
+//! interval, while anything waits on the ceiling (the driver would confirm
+//! more than it vouches for, [`ConfirmCeiling::waiting`]), while the WAL
+//! moved since the previous look, after a failed look and after a change;
+//! otherwise once per interval (an idle relay: one statement per interval).
+//! A wait that begins between two idle looks wakes the task at once, or a
+//! busy period after the last look began if that is later.
+//!
+//! The bound this gives (docs/guarantees.md): with status interval `T`, a
+//! busy period `p = T / 4`, the longest look `L` and the driver's least gap
+//! between status updates `g` (`MIN_STATUS_GAP`, 100 ms), a position
+//! acknowledged at `t` is confirmed by `t + 2 max(p, L) + L + g`. The first
+//! look that begins after `t` begins within `max(p, L)` (looks keep a fixed
+//! beat, and one slower than the beat is followed at once) and reads a
+//! position past it; the next begins `max(p, L)` later and vouches for it
+//! when it ends, `L` after; the driver sends it within `g`. At `T = 1 s`
+//! and looks of a few milliseconds, 0.61 s. A `kill -9` of the relay
+//! repeats at most what was acknowledged in that window, and what it had
+//! in flight. `outboxd_table_watch_look_seconds` shows `L`,
+//! `outboxd_confirmation_lag_seconds` the lag itself.
 //!
 //! A failing SQL connection is an outage, not a change: the ceiling stops
 //! rising, and the task reconnects at the next interval. An outage that
@@ -33,10 +73,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use metrics::Histogram;
 use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 use tokio_postgres::Client;
 
-use crate::source::admin::{self, quote_ident, AdminError, Observation, TableChange};
+use crate::metrics as m;
+use crate::source::admin::{self, quote_ident, AdminError, Look, Observation, TableChange};
 use crate::source::ceiling::ConfirmCeiling;
 use crate::source::session::SourceSettings;
 use crate::Lsn;
@@ -45,19 +88,21 @@ use crate::Lsn;
 /// looks, so a cut connection that reconnects at once is no outage.
 const LOST_AFTER: Duration = Duration::from_secs(5);
 
-/// Looks per `postgres.status_interval`, on a fixed beat. A commit becomes
-/// confirmable at the second look after it (the first reads a WAL position
-/// past it, the next vouches for that position), so with four looks per
-/// interval the slot trails a commit by at most half an interval and a
-/// look, and a `kill -9` of the relay repeats at most the events
-/// acknowledged in the last interval, with room to spare (issue 8). With
+/// Looks per `postgres.status_interval` while busy, on a fixed beat. A
+/// commit becomes confirmable at the second look after it (the first reads
+/// a WAL position past it, the next vouches for that position), so with
+/// four looks per interval the slot trails a commit by at most half an
+/// interval and a look or so (the module's bound), and a `kill -9` of the
+/// relay repeats at most the events acknowledged in the last interval,
+/// with room to spare (issue 8). With
 /// two looks, each a half interval after the previous one *ended*, it was
 /// one interval plus three looks, and the slot held positions written up
 /// to 1.17 s before a kill at a 1 s interval, and more than one interval
 /// of acks was repeated in 1 of 5 runs of `relay::faults::kill_9_repeats…`
 /// (2 and 3 of 4 in earlier ones); with one look per interval, 1.45
-/// intervals of acks. A look is a few small catalog queries.
-const LOOKS_PER_INTERVAL: u32 = 4;
+/// intervals of acks. A look is one statement (issue 38: it was 2 + 2N
+/// round trips, each preparing its query again).
+const BUSY_LOOKS_PER_INTERVAL: u32 = 4;
 
 /// SQLSTATEs of a server that is going away: admin_shutdown, crash_shutdown,
 /// cannot_connect_now.
@@ -152,9 +197,13 @@ impl TableWatch {
         let mut settings = settings.clone();
         settings.conn.application_name = format!("{}-watch", settings.conn.application_name);
         let settings = &settings;
+        let look_seconds = metrics::histogram!(m::TABLE_WATCH_LOOK_SECONDS);
+        let began = Instant::now();
         let client = admin::connect_sql(&settings.conn).await?;
         let targets: Vec<_> = settings.targets().collect();
-        let first = admin::observe(&client, &targets).await?;
+        let look = admin::prepare_look(&client, &targets).await?;
+        let first = admin::observe(&client, &look).await?;
+        look_seconds.record(began.elapsed().as_secs_f64());
         let (tx, state) = watch::channel(WatchState::default());
         let ceiling = ConfirmCeiling::new(start);
         let hurry = Arc::new(Notify::new());
@@ -169,7 +218,7 @@ impl TableWatch {
             if let Some(earlier) = baseline.last_intact.get() {
                 last_intact = earlier;
             }
-            let (i, change) = match admin::observe(&client, &targets).await {
+            let (i, change) = match admin::observe(&client, &look).await {
                 Ok(again) => {
                     admin::named_change(found, admin::judge_all(&identities, &again.identities))
                 }
@@ -181,7 +230,9 @@ impl TableWatch {
         }
         let task = tokio::spawn(watch_loop(Looker {
             settings: settings.clone(),
-            client: Some(client),
+            conn: Some((client, look)),
+            look_seconds,
+            previous_lsn: first.lsn,
             start: identities,
             last_intact,
             shared_intact: baseline.last_intact.clone(),
@@ -190,7 +241,7 @@ impl TableWatch {
             hurry: Arc::clone(&hurry),
             interval,
             failing: false,
-            last_look: tokio::time::Instant::now(),
+            last_look: Instant::now(),
         }));
         Ok(TableWatch {
             ceiling,
@@ -251,7 +302,12 @@ impl TableWatch {
 
 struct Looker {
     settings: SourceSettings,
-    client: Option<Client>,
+    /// The connection and the look prepared on it.
+    conn: Option<(Client, Look)>,
+    look_seconds: Histogram,
+    /// The WAL position the last successful look read: one that reads the
+    /// same found no WAL written since.
+    previous_lsn: crate::Lsn,
     /// Each table's identity at the start, in configuration order.
     start: Vec<admin::TableIdentity>,
     /// The latest look that found the table intact.
@@ -265,32 +321,50 @@ struct Looker {
     /// The last look failed (an outage, logged once).
     failing: bool,
     /// When the last look succeeded (or the watch started).
-    last_look: tokio::time::Instant,
+    last_look: Instant,
 }
 
 async fn watch_loop(mut l: Looker) {
     // After a change the ceiling stays where it is; looking goes on only to
     // notice a server going away (see `lost`).
     let mut changed = l.tx.borrow().changed.is_some();
-    let period = l.interval / LOOKS_PER_INTERVAL;
-    let mut next_look = tokio::time::Instant::now() + period;
+    let busy_period = l.interval / BUSY_LOOKS_PER_INTERVAL;
+    let mut wants = l.ceiling.wants();
+    // The first look (in `start`) read a position nothing has vouched for.
+    let mut busy = true;
+    let mut look_began = Instant::now();
     loop {
+        let next_look = look_began
+            + if busy || changed {
+                busy_period
+            } else {
+                l.interval
+            };
         tokio::select! {
             _ = tokio::time::sleep_until(next_look) => {}
             _ = l.hurry.notified() => {}
+            // Idle, and the driver may now want what the ceiling holds
+            // back: the busy beat again, at once if a busy period passed.
+            wanted = wants.changed(), if !(busy || changed) => {
+                if wanted.is_err() {
+                    // The ceiling is gone with its session: never.
+                    std::future::pending::<()>().await;
+                }
+                busy = l.ceiling.waiting();
+                continue;
+            }
         }
         // Looks start on a fixed beat, not a period after the last one
         // ended: a slow look (seen: 350 ms under load) would otherwise
         // stretch every period, and a commit waits for two of them.
-        let look_began = tokio::time::Instant::now();
-        next_look = look_began + period;
+        look_began = Instant::now();
         let now = match l.look().await {
             // A terminated backend says 57P01 like a server shutting down,
             // or the connection is simply found closed when the FATAL
             // arrived first. Only a new connection tells them apart: a
             // server shutting down refuses it (57P03), and that ends the
             // watch below.
-            Err(e) if l.client.is_none() && (terminated(&e) || closed(&e)) => {
+            Err(e) if l.conn.is_none() && (terminated(&e) || closed(&e)) => {
                 tracing::info!("table watch: its SQL connection closed; reconnecting");
                 l.look().await
             }
@@ -305,7 +379,8 @@ async fn watch_loop(mut l: Looker) {
                         confirmation waits until PostgreSQL answers again");
                 }
                 l.failing = true;
-                l.client = None;
+                busy = true;
+                l.conn = None;
                 let shutting_down = match &e {
                     AdminError::Connect { error, .. } | AdminError::Sql { source: error, .. } => {
                         error
@@ -325,10 +400,11 @@ async fn watch_loop(mut l: Looker) {
                 continue;
             }
         };
-        l.last_look = tokio::time::Instant::now();
+        l.last_look = Instant::now();
         if std::mem::take(&mut l.failing) {
             tracing::info!("table watch: looking at the outbox table again");
         }
+        let wal_moved = now.lsn != std::mem::replace(&mut l.previous_lsn, now.lsn);
         if changed {
             continue;
         }
@@ -338,6 +414,9 @@ async fn watch_loop(mut l: Looker) {
                 l.shared_intact.set(&now);
                 l.last_intact = now;
                 l.tx.send_modify(|s| s.looks += 1);
+                // Nothing waits and nothing was written: the next look can
+                // wait an interval (or until something waits).
+                busy = wal_moved || l.ceiling.waiting();
             }
             Err(found) => {
                 let (i, change) = match l.look().await {
@@ -370,19 +449,24 @@ fn closed(e: &AdminError) -> bool {
 }
 
 impl Looker {
+    /// One look; on a new connection, which it prepares the look on first.
     async fn look(&mut self) -> Result<Observation, AdminError> {
-        let client = match self.client.take() {
-            Some(c) if !c.is_closed() => c,
+        let began = Instant::now();
+        let (client, look) = match self.conn.take() {
+            Some((c, look)) if !c.is_closed() => (c, look),
             previous => {
                 if previous.is_some() {
                     tracing::info!("table watch: its SQL connection closed; reconnecting");
                 }
-                admin::connect_sql(&self.settings.conn).await?
+                let client = admin::connect_sql(&self.settings.conn).await?;
+                let targets: Vec<_> = self.settings.targets().collect();
+                let look = admin::prepare_look(&client, &targets).await?;
+                (client, look)
             }
         };
-        let targets: Vec<_> = self.settings.targets().collect();
-        let now = admin::observe(&client, &targets).await?;
-        self.client = Some(client);
+        let now = admin::observe(&client, &look).await?;
+        self.conn = Some((client, look));
+        self.look_seconds.record(began.elapsed().as_secs_f64());
         Ok(now)
     }
 }
@@ -424,7 +508,7 @@ fn reason(
         "outbox table {table} {change} while outboxd streamed publication {publication}: its inserts \
          since then are not in the replication stream, so the relay stopped and confirmed nothing \
          past {kept}. To recover: {fix}, restart outboxd, then re-publish the outbox rows committed \
-         since {} (WAL position {}); they were not relayed",
-        last.at, last.lsn
+         since {} (WAL position {kept}); they were not relayed",
+        last.at
     )
 }

@@ -13,7 +13,10 @@
 //!
 //! Progress comes the other way as a [`watch`] of the confirmable position:
 //! a status update never reports less than before, nor more than the
-//! [`ConfirmCeiling`].
+//! [`ConfirmCeiling`]. The driver tells the ceiling what it would confirm
+//! (so the table watch knows whether anything waits on it), and measures
+//! how long a confirmable position waits to be confirmed
+//! (`outboxd_confirmation_lag_seconds`, [`ConfirmationLag`]).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -24,9 +27,11 @@ use tokio::time::Instant;
 
 use super::assembler::{IgnoredCounts, SourceItem, TransactionAssembler};
 use super::ceiling::ConfirmCeiling;
+use super::confirmation_lag::ConfirmationLag;
 use super::error::SourceError;
 use super::pgoutput::Decoder;
 use super::replication::{MessageSkip, ReplicationError, ReplicationStream, ServerMessage};
+use crate::metrics as m;
 use crate::Lsn;
 
 /// Items the driver may read ahead of its consumer. Small: the consumer has
@@ -129,7 +134,14 @@ impl SourceHandle {
             stream,
             decoder,
             assembler,
-            ceiling: opts.ceiling.map(|c| c.raises()),
+            raises: opts.ceiling.as_ref().map(|c| c.raises()),
+            lag: opts.ceiling.as_ref().map(|_| {
+                (
+                    ConfirmationLag::default(),
+                    metrics::gauge!(m::CONFIRMATION_LAG_SECONDS),
+                )
+            }),
+            ceiling: opts.ceiling,
             items: items_tx,
             confirm: confirm_rx,
             control: control_rx,
@@ -280,8 +292,12 @@ struct Driver {
     stream: ReplicationStream,
     decoder: Decoder,
     assembler: TransactionAssembler,
+    /// `None` for `outboxd tail`, which confirms what it is told.
+    ceiling: Option<ConfirmCeiling>,
     /// The [`ConfirmCeiling`]'s raises: each may let a held-back position go.
-    ceiling: Option<watch::Receiver<Lsn>>,
+    raises: Option<watch::Receiver<Lsn>>,
+    /// With a ceiling (the relay): how long confirmable positions wait.
+    lag: Option<(ConfirmationLag, metrics::Gauge)>,
     items: mpsc::Sender<Streamed>,
     confirm: watch::Receiver<Lsn>,
     control: watch::Receiver<Control>,
@@ -309,6 +325,7 @@ impl Driver {
                 self.drained = true;
                 self.pending.push_back(Streamed::Drained);
             }
+            self.confirmable_now();
             let reading = self.pending.is_empty() && !self.drained;
             if !(reading && self.was_reading) {
                 // Not listening is no silence: what the server sends waits
@@ -349,7 +366,7 @@ impl Driver {
                 }
                 // Vouched for up to a higher position: what the ceiling held
                 // back is sent within `MIN_STATUS_GAP`, not a period later.
-                _ = ceiling_raised(&mut self.ceiling) => {}
+                _ = ceiling_raised(&mut self.raises) => {}
                 // Owned: a borrowed permit would hold `self` for the whole
                 // `select!`.
                 permit = self.items.clone().reserve_owned(), if !self.pending.is_empty() => {
@@ -430,8 +447,24 @@ impl Driver {
     fn target(&self) -> Lsn {
         let confirmable = *self.confirm.borrow();
         match &self.ceiling {
-            Some(c) => confirmable.min(*c.borrow()),
+            Some(c) => confirmable.min(c.get()),
             None => confirmable,
+        }
+    }
+
+    /// Tells the ceiling what the consumer would confirm, and the lag what
+    /// waits; refreshes the lag's gauge. Each turn of the loop: at least
+    /// once per status period while anything waits (the period's update).
+    fn confirmable_now(&mut self) {
+        let confirmable = *self.confirm.borrow();
+        if let Some(c) = &self.ceiling {
+            c.want(confirmable);
+        }
+        if let Some((lag, gauge)) = &mut self.lag {
+            let now = Instant::now();
+            lag.confirmable(confirmable, now);
+            lag.confirmed(self.stream.last_sent());
+            gauge.set(lag.lag(now).as_secs_f64());
         }
     }
 

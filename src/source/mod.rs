@@ -8,6 +8,7 @@
 pub mod admin;
 pub(crate) mod assembler;
 pub(crate) mod ceiling;
+mod confirmation_lag;
 pub(crate) mod driver;
 pub mod error;
 pub mod outbox_rows;

@@ -72,6 +72,15 @@ impl Scrape {
             .unwrap_or_else(|| panic!("no {name}{{{label}}} in the scrape"))
     }
 
+    /// Every sample of `name`: its labels and value.
+    pub fn series(&self, name: &str) -> Vec<(String, f64)> {
+        self.0
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, l, v)| (l.clone(), *v))
+            .collect()
+    }
+
     /// Metric names present (histogram series fold into their metric).
     pub fn names(&self) -> BTreeSet<String> {
         self.0

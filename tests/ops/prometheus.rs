@@ -42,7 +42,7 @@ use crate::harness::relay::{Env, Relay};
 use crate::harness::wait::{last_lines, wait_for};
 
 /// The alerts `docker/prometheus/alerts.yml` must define.
-const ALERTS: [&str; 11] = [
+const ALERTS: [&str; 12] = [
     "OutboxdDown",
     "OutboxdStalled",
     "OutboxdSlotLagHigh",
@@ -52,6 +52,7 @@ const ALERTS: [&str; 11] = [
     "OutboxdDeliveryFailures",
     "OutboxdDeadLetters",
     "OutboxdHalted",
+    "OutboxdConfirmationLagging",
     "OutboxdLedgerStalled",
     "OutboxdTransactionsAborted",
 ];

@@ -189,7 +189,22 @@ async fn a_standby_takes_over_inside_a_split_database_transaction_and_repeats_no
     });
     let mut writers = spawn_writers(&e, slot, 3_000, 2);
     writers.push(big);
-    let inside = ledger_entry_inside(broker, &ledger_topic, ROWS / 3, &active);
+    let reached = ledger_entry_inside(broker, &ledger_topic, ROWS / 3, &active);
+    // Frozen inside the transaction (two thirds of it, about 0.7 s of
+    // relaying, were still ahead), then the ledger read to its end: what
+    // the frozen relay committed last is what the standby resumes from,
+    // however fast the host, so the kill lands where the test says.
+    active.signal("-STOP");
+    let last = tokio::task::block_in_place(|| ledger_entries(broker, &ledger_topic))
+        .pop()
+        .map(|(_, entry)| entry);
+    let inside = match last.as_ref().and_then(|entry| entry.inside.as_ref()) {
+        Some(inside) if inside.commit_lsn == reached.commit_lsn => *inside,
+        _ => panic!(
+            "frozen past the split transaction (reached {reached:?}): the ledger's last entry is \
+             {last:?}"
+        ),
+    };
     active.signal("-KILL");
     let killed = Instant::now();
     assert!(active.wait(Duration::from_secs(10)).is_some());

@@ -24,4 +24,5 @@ mod slot_loss;
 mod slow_commits;
 mod standby;
 mod table_watch;
+mod table_watch_idle;
 mod tables;

@@ -124,6 +124,8 @@ pub enum AdminError {
     },
     #[error("PostgreSQL returned {text:?} where a WAL position was expected")]
     BadLsn { text: String },
+    #[error("the table watch's look returned {rows} rows for {tables} outbox tables")]
+    LookRows { rows: usize, tables: usize },
 }
 
 impl AdminError {

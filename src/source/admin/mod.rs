@@ -20,7 +20,9 @@ pub(crate) use inspect::{
 };
 pub use sql::connect_sql;
 pub(crate) use target::{quote_ident, Target};
-pub(crate) use watch::{judge_all, named_change, observe, Observation, TableChange, TableIdentity};
+pub(crate) use watch::{
+    judge_all, named_change, observe, prepare_look, Look, Observation, TableChange, TableIdentity,
+};
 
 use crate::source::replication::WalConnection;
 use crate::Lsn;

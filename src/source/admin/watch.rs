@@ -6,11 +6,14 @@
 //! its name, its inserts are simply not sent, and keepalives move the
 //! stream on past them. So the relay may confirm a position only after it
 //! has seen the table intact in a catalog snapshot taken *after* that
-//! position was written. [`observe`] reads the server's WAL position first
-//! and the catalog in a later statement (a new snapshot), which gives that
-//! order; [`judge`] compares what it saw with the session's start.
+//! position was written. A look ([`observe`]) is one prepared statement
+//! that reads every table's identity and the server's WAL position; the
+//! position is read after the statement's snapshot was taken, so a look
+//! never vouches for its own position, only a later look does (see
+//! `relay::table_watch` for the argument). [`judge`] compares what it saw
+//! with the session's start.
 
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 
 use super::error::{sql_err, AdminError};
 use super::target::Target;
@@ -33,68 +36,107 @@ pub(crate) struct TableIdentity {
     pub publishes_inserts: bool,
 }
 
-/// One look at every outbox table, and the WAL position it vouches for.
+/// One look at every outbox table, and the WAL position a later look may
+/// vouch for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Observation {
-    /// The server's WAL position, read before the catalog.
+    /// The server's WAL position, read after the look's catalog snapshot
+    /// was taken: the *next* look's snapshot is later than it.
     pub lsn: Lsn,
-    /// The server's clock at that moment, as PostgreSQL prints it: rows
-    /// committed after it are the ones at risk if the next look fails.
+    /// When the look's transaction began (`now()`), as PostgreSQL prints
+    /// it: before any snapshot the look read the catalog through, so a
+    /// change it did not see was committed after this time, and the rows
+    /// committed after it are the ones at risk if the next look finds a
+    /// change.
     pub at: String,
     /// One per outbox table, in configuration order.
     pub identities: Vec<TableIdentity>,
 }
 
-/// Reads the WAL position, then (in later statements, so later snapshots)
-/// each table's identity.
-pub(crate) async fn observe(
+/// A look, prepared once per connection: the statement and its arguments
+/// (the watched tables, in configuration order).
+pub(crate) struct Look {
+    statement: Statement,
+    tables: Vec<String>,
+    publications: Vec<String>,
+    schemas: Vec<String>,
+    names: Vec<String>,
+}
+
+/// Every watched table's identity, one row each in configuration order,
+/// and the WAL position (an uncorrelated sub-select: an InitPlan, evaluated
+/// once per execution, so every row carries the same position). `now()` is
+/// the transaction's start, which precedes its snapshots.
+const LOOK_SQL: &str = "\
+    SELECT (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+                        ELSE pg_current_wal_lsn() END)::text, \
+           now()::text, \
+           t.relid, p.oid, \
+           (SELECT pr.oid FROM pg_publication_rel pr \
+             WHERE pr.prpubid = p.oid AND pr.prrelid = t.relid), \
+           EXISTS (SELECT 1 FROM pg_publication_tables pt \
+                    WHERE pt.pubname = t.pub AND pt.schemaname = t.sch AND pt.tablename = t.nam), \
+           coalesce(p.pubinsert, false) \
+      FROM (SELECT u.n, to_regclass(u.tbl)::oid AS relid, u.pub, u.sch, u.nam \
+              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
+                   WITH ORDINALITY AS u(tbl, pub, sch, nam, n)) t \
+      LEFT JOIN pg_publication p ON p.pubname = t.pub \
+     ORDER BY t.n";
+
+/// Prepares the look on `client` (one round trip, once per connection).
+pub(crate) async fn prepare_look(
     client: &Client,
     targets: &[Target<'_>],
-) -> Result<Observation, AdminError> {
-    let row = client
-        .query_one(
-            "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
-                          ELSE pg_current_wal_lsn() END)::text, clock_timestamp()::text",
-            &[],
+) -> Result<Look, AdminError> {
+    let statement = client
+        .prepare(LOOK_SQL)
+        .await
+        .map_err(sql_err("preparing the table watch's look"))?;
+    Ok(Look {
+        statement,
+        tables: targets.iter().map(Target::qualified_table).collect(),
+        publications: targets.iter().map(|t| t.publication.to_owned()).collect(),
+        schemas: targets.iter().map(|t| t.table_schema.to_owned()).collect(),
+        names: targets.iter().map(|t| t.table_name.to_owned()).collect(),
+    })
+}
+
+/// One look: every table's identity and the WAL position, in one round
+/// trip, on the connection `look` was prepared on.
+pub(crate) async fn observe(client: &Client, look: &Look) -> Result<Observation, AdminError> {
+    let rows = client
+        .query(
+            &look.statement,
+            &[&look.tables, &look.publications, &look.schemas, &look.names],
         )
         .await
-        .map_err(sql_err("reading the WAL position for the table watch"))?;
-    let lsn: String = row.get(0);
+        .map_err(sql_err("looking at the outbox tables for the table watch"))?;
+    let first = match rows.first() {
+        Some(first) if rows.len() == look.tables.len() => first,
+        _ => {
+            return Err(AdminError::LookRows {
+                rows: rows.len(),
+                tables: look.tables.len(),
+            })
+        }
+    };
+    let lsn: String = first.get(0);
     let lsn = lsn.parse().map_err(|_| AdminError::BadLsn { text: lsn })?;
-    let at: String = row.get(1);
-    let mut identities = Vec::with_capacity(targets.len());
-    for t in targets {
-        identities.push(identity(client, t).await?);
-    }
+    let at: String = first.get(1);
+    let identities = rows
+        .iter()
+        .map(|row| TableIdentity {
+            table_oid: row.get(2),
+            publication_oid: row.get(3),
+            membership_oid: row.get(4),
+            published: row.get(5),
+            publishes_inserts: row.get(6),
+        })
+        .collect();
     Ok(Observation {
         lsn,
         at,
         identities,
-    })
-}
-
-async fn identity(client: &Client, t: &Target<'_>) -> Result<TableIdentity, AdminError> {
-    let table = t.qualified_table();
-    let row = client
-        .query_one(
-            "WITH t AS (SELECT to_regclass($1)::oid AS relid), \
-                  p AS (SELECT oid, pubinsert FROM pg_publication WHERE pubname = $2) \
-             SELECT (SELECT relid FROM t), (SELECT oid FROM p), \
-                    (SELECT pr.oid FROM pg_publication_rel pr, p, t \
-                      WHERE pr.prpubid = p.oid AND pr.prrelid = t.relid), \
-                    EXISTS (SELECT 1 FROM pg_publication_tables \
-                             WHERE pubname = $2 AND schemaname = $3 AND tablename = $4), \
-                    coalesce((SELECT pubinsert FROM p), false)",
-            &[&table, &t.publication, &t.table_schema, &t.table_name],
-        )
-        .await
-        .map_err(sql_err("checking the outbox table's identity"))?;
-    Ok(TableIdentity {
-        table_oid: row.get(0),
-        publication_oid: row.get(1),
-        membership_oid: row.get(2),
-        published: row.get(3),
-        publishes_inserts: row.get(4),
     })
 }
 
