@@ -6,5 +6,6 @@ pub mod outboxd;
 pub mod pg;
 pub mod proxy;
 pub mod python;
+pub mod registry;
 pub mod standby;
 pub mod watchdog;
