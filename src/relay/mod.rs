@@ -16,6 +16,7 @@
 
 mod dead_letter;
 mod ledger;
+mod schemas;
 mod session;
 mod slot_record;
 mod standby;
@@ -32,6 +33,7 @@ use crate::config::{Config, OnError};
 use crate::metrics::Health;
 use crate::outbox::{MappingConfigError, TableMappers};
 use crate::progress::ledger::StartGap;
+use crate::registry::RegistryError;
 use crate::sink::{LedgerTopicError, SinkError, TransactionError};
 use crate::source::admin::{self, AdminError};
 use crate::source::replication::error::Disposition;
@@ -57,6 +59,10 @@ pub enum RelayError {
     Sink(#[from] SinkError),
     #[error(transparent)]
     Mapping(#[from] MappingConfigError),
+    /// The schema registry refused what the config asks of it (an
+    /// unreachable registry is retried before the first session instead).
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
     /// The position ledger's topic cannot be used (the message names the
     /// fix).
     #[error(transparent)]
@@ -123,6 +129,7 @@ impl RelayError {
             ) => Disposition::Transient,
             RelayError::Transaction(_)
             | RelayError::Mapping(_)
+            | RelayError::Registry(_)
             | RelayError::GaveUp { .. }
             | RelayError::SlotLost { .. }
             | RelayError::Ledger(_)
@@ -173,7 +180,10 @@ pub async fn run(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    let mut mapper = TableMappers::new(&settings.config.tables())?;
+    let Some(schemas) = schemas::fetch(&settings, &stop_rx).await? else {
+        return Ok(());
+    };
+    let mut mapper = TableMappers::with_schemas(&settings.config.tables(), &schemas)?;
     let mut poison = PoisonMemory::default();
     let relay = settings.config.relay.clone();
     let telemetry = RelayTelemetry::new(&settings.health);

@@ -111,11 +111,7 @@ impl Registry {
     /// `PUT /config/{subject}` (or the global config with `None`).
     pub fn set_compatibility(&self, subject: Option<&str>, level: &str) {
         let path = subject.map_or("/config".to_owned(), |s| format!("/config/{s}"));
-        let (status, body) = self.request(
-            "PUT",
-            &path,
-            Some(&json!({ "compatibility": level })),
-        );
+        let (status, body) = self.request("PUT", &path, Some(&json!({ "compatibility": level })));
         assert_eq!(status, 200, "setting compatibility: {body}");
     }
 }
