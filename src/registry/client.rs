@@ -118,8 +118,13 @@ impl HttpClient {
     async fn get_one(&self, full: &str) -> Result<Answer, String> {
         let url = url::Url::parse(full).map_err(|e| e.to_string())?;
         let host = url.host_str().ok_or("the URL has no host")?.to_owned();
+        // An IPv6 literal comes bracketed; connecting and TLS want it bare.
+        let bare = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
         let port = url.port_or_known_default().ok_or("the URL has no port")?;
-        let tcp = TcpStream::connect((host.as_str(), port))
+        let tcp = TcpStream::connect((bare.as_str(), port))
             .await
             .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
         let _ = tcp.set_nodelay(true);
@@ -145,7 +150,7 @@ impl HttpClient {
                     .tls
                     .as_ref()
                     .ok_or("https needs schema_registry.ca_file")?;
-                let name = ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
+                let name = ServerName::try_from(bare).map_err(|e| e.to_string())?;
                 let stream = tls
                     .connect(name, tcp)
                     .await

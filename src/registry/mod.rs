@@ -7,18 +7,28 @@
 //! handed to the pure mapping in `outbox::avro` as parsed schemas.
 
 mod client;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use hyper::StatusCode;
-use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::Deserialize;
 
 use crate::config::value_format::SchemaVersion;
 use crate::config::{OutboxTable, SchemaRegistryConfig};
 use crate::metrics::SCHEMA_REGISTRY_REQUESTS;
 use crate::outbox::avro::{avro_subjects, AvroSchema, RegisteredSchema, SchemaSet};
+
+/// What a subject keeps as is in a URL path: RFC 3986's unreserved
+/// characters; anything else (`/`, `:`, spaces, ...) is percent-encoded.
+const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// The `outcome` labels of `outboxd_schema_registry_requests_total`.
 pub(crate) const OUTCOMES: [&str; 5] = ["ok", "not_found", "unauthorized", "error", "unavailable"];
@@ -123,7 +133,7 @@ impl SchemaRegistry {
         }
         let path = format!(
             "/subjects/{}/versions/{version}",
-            utf8_percent_encode(subject, NON_ALPHANUMERIC)
+            utf8_percent_encode(subject, PATH_SEGMENT)
         );
         let answer = self
             .http

@@ -126,15 +126,19 @@ fn sql_text(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
-/// The relay's config for `slot`: events to `<slot>.orders` in Avro.
-fn avro_env(slot: &str, reg: &Registry, extra: &str) -> (Env, String) {
+/// The relay's config for `slot`: events to `<slot>.orders` in Avro, the
+/// registry at `urls` (`schema_registry.url`).
+fn avro_env_at(slot: &str, urls: &str, extra: &str) -> (Env, String) {
     let topic = format!("{slot}.orders");
     let config = format!(
         "[routing]\ntopic = \"{topic}\"\nvalue_format = \"avro\"\n\
-         [schema_registry]\nurl = \"{}\"\n{extra}",
-        reg.url()
+         [schema_registry]\nurl = \"{urls}\"\n{extra}"
     );
     (env(broker().bootstrap(), slot, &config), topic)
+}
+
+fn avro_env(slot: &str, reg: &Registry, extra: &str) -> (Env, String) {
+    avro_env_at(slot, reg.url(), extra)
 }
 
 fn insert(e: &Env, key: &str, payloads: &[Value]) {
@@ -306,9 +310,10 @@ fn a_row_that_does_not_fit_its_schema_goes_to_the_dead_letter_topic() {
     let reg = registry();
     let slot = "regavrodlq";
     let dlq = format!("{slot}.dlq");
-    let (e, topic) = avro_env(
+    // A first URL that refuses connections: the next one is tried.
+    let (e, topic) = avro_env_at(
         slot,
-        reg,
+        &format!("http://127.0.0.1:{}, {}", free_port(), reg.url()),
         &format!("[relay]\non_error = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n"),
     );
     reg.register_avro(&format!("{topic}-value"), &order_schema());
