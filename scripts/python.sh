@@ -6,6 +6,9 @@
 #                      from_structured) parses the cloudevents-* formats
 #   opentelemetry-api  OpenTelemetry's W3C trace-context propagator parses
 #                      the traceparent / tracestate headers
+#   confluent-kafka    Confluent's client: its AvroDeserializer, with a
+#                      SchemaRegistryClient, decodes the avro value format
+#                      (extras avro and schemaregistry: fastavro, httpx, ...)
 #
 #   scripts/python.sh          install if missing; print the venv's python
 #
@@ -19,11 +22,12 @@ set -euo pipefail
 
 CLOUDEVENTS_VERSION="${CLOUDEVENTS_VERSION:-2.2.0}"
 OPENTELEMETRY_API_VERSION="${OPENTELEMETRY_API_VERSION:-1.45.2}"
+CONFLUENT_KAFKA_VERSION="${CONFLUENT_KAFKA_VERSION:-2.16.1}"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$SCRIPT_DIR/.." && pwd)"
 CACHE_ROOT="${OUTBOXD_CACHE:-$REPO_DIR/.cache}"
-VENV="$CACHE_ROOT/python/venv-cloudevents-$CLOUDEVENTS_VERSION-otel-$OPENTELEMETRY_API_VERSION"
+VENV="$CACHE_ROOT/python/venv-cloudevents-$CLOUDEVENTS_VERSION-otel-$OPENTELEMETRY_API_VERSION-ck-$CONFLUENT_KAFKA_VERSION"
 
 log() { echo "python.sh: $*" >&2; }
 
@@ -35,11 +39,12 @@ if [[ ! -f "$VENV/.complete" ]]; then
   exec 9>"$VENV.lock"
   flock 9
   if [[ ! -f "$VENV/.complete" ]]; then
-    log "installing cloudevents $CLOUDEVENTS_VERSION and opentelemetry-api $OPENTELEMETRY_API_VERSION (once; cached in $VENV)"
+    log "installing cloudevents $CLOUDEVENTS_VERSION, opentelemetry-api $OPENTELEMETRY_API_VERSION and confluent-kafka $CONFLUENT_KAFKA_VERSION (once; cached in $VENV)"
     rm -rf "$VENV"
     python3 -m venv "$VENV" >&2
     "$VENV/bin/pip" install -q --disable-pip-version-check \
-      "cloudevents==$CLOUDEVENTS_VERSION" "opentelemetry-api==$OPENTELEMETRY_API_VERSION" >&2
+      "cloudevents==$CLOUDEVENTS_VERSION" "opentelemetry-api==$OPENTELEMETRY_API_VERSION" \
+      "confluent-kafka[avro,schemaregistry]==$CONFLUENT_KAFKA_VERSION" >&2
     touch "$VENV/.complete"
   fi
 fi

@@ -3,7 +3,8 @@
 # C toolchain pieces for librdkafka (rdkafka-sys builds it from source;
 # libsasl2-dev only with OUTBOXD_FEATURES=gssapi, for `--features gssapi`;
 # libcurl's headers only with OUTBOXD_FEATURES=system-curl, for baselines),
-# PostgreSQL 15 server and client, Java 17 and Maven for the Kafka broker,
+# PostgreSQL 15 server and client, Java 17 and Maven for the Kafka broker
+# (and Java 21+ for the schema registry, where Debian packages one),
 # Prometheus (its server and promtool check the dashboards and alert rules in
 # docker/), python3-venv for the test clients' venvs (scripts/python.sh,
 # scripts/helm.sh), podman with runc and mmdebstrap (the tests build and run
@@ -61,6 +62,32 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt_wait update -qq
   apt_wait install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Apicurio Registry (scripts/registry.sh, the schema registry of the tests)
+# needs Java 21 or newer; Kafka's Java 17 is not enough. Debian 13 packages
+# OpenJDK 21 and 25; Debian 12 has only 17, so there a JDK 21+ has to be put
+# under /usr/lib/jvm (or named by JAVA) by other means.
+if ! scripts/registry.sh java >/dev/null 2>&1; then
+  if [[ $(id -u) != 0 ]]; then
+    echo "setup: no Java 21+ for the schema registry tests (run as root, or install one)" >&2
+    exit 1
+  fi
+  apt_wait update -qq
+  java_pkg=
+  for p in openjdk-25-jre-headless openjdk-21-jre-headless; do
+    if apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+      java_pkg=$p
+      break
+    fi
+  done
+  if [[ -n $java_pkg ]]; then
+    echo "setup: installing $java_pkg (Java 21+ for the schema registry)" >&2
+    DEBIAN_FRONTEND=noninteractive apt_wait install -y -qq --no-install-recommends "$java_pkg" >/dev/null
+  else
+    echo "setup: warning: this Debian release packages no Java 21+; the schema registry tests" \
+      "(tests/registry) need one under /usr/lib/jvm or named by JAVA" >&2
+  fi
 fi
 
 if ! command -v cargo >/dev/null; then

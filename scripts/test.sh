@@ -14,6 +14,8 @@ scripts/setup.sh
 # The Helm chart's tools (helm is built from source once, then cached):
 # fetched before the tests so the build does not compete with them.
 scripts/helm.sh fetch >/dev/null
+# The schema registry of tests/registry (Maven Central, cached).
+scripts/registry.sh fetch >/dev/null
 # The Python clients relay::formats reads records back with (PyPI, cached).
 scripts/python.sh >/dev/null
 

@@ -12,6 +12,7 @@ pub mod lsn;
 pub mod metrics;
 pub mod outbox;
 pub mod progress;
+pub mod registry;
 pub mod relay;
 pub mod sink;
 pub mod source;

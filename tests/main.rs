@@ -4,6 +4,7 @@
 
 mod harness;
 mod ops;
+mod registry;
 mod relay;
 mod sink;
 mod source;

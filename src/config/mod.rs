@@ -20,7 +20,9 @@ pub(crate) mod postgres;
 mod redact;
 pub(crate) mod relay;
 pub(crate) mod routing;
+pub(crate) mod schema_registry;
 pub(crate) mod units;
+pub(crate) mod value_format;
 
 #[cfg(test)]
 mod env_tests;
@@ -34,6 +36,8 @@ mod routing_tests;
 mod tests;
 #[cfg(test)]
 mod validate_tests;
+#[cfg(test)]
+mod value_format_tests;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -50,6 +54,7 @@ pub(crate) use overrides::Origin;
 pub(crate) use postgres::PostgresConfig;
 pub(crate) use relay::{DeliveryMode, OnError, RelayConfig};
 pub(crate) use routing::RoutingConfig;
+pub(crate) use schema_registry::SchemaRegistryConfig;
 
 /// The whole configuration file. Every section may be omitted and then takes
 /// its defaults; `postgres.url` is the one key without a default.
@@ -61,6 +66,9 @@ pub struct Config {
     pub outbox: OutboxSection,
     pub kafka: KafkaConfig,
     pub routing: RoutingConfig,
+    /// `[schema_registry]`: needed by the registry value formats only
+    /// (an empty `url` means none).
+    pub schema_registry: SchemaRegistryConfig,
     pub relay: RelayConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
@@ -199,9 +207,35 @@ impl Config {
         self.postgres.validate()?;
         self.outbox.validate(&self.routing)?;
         self.kafka.validate()?;
+        self.validate_schema_registry()?;
         self.relay.validate()?;
         self.log.validate()?;
         Ok(())
+    }
+
+    /// `[schema_registry]` itself, and that it is there when a table's value
+    /// format needs it.
+    fn validate_schema_registry(&self) -> Result<(), ConfigError> {
+        if self.schema_registry.is_configured() {
+            self.schema_registry.validate()?;
+        }
+        let needs = self
+            .outbox
+            .tables(&self.routing)
+            .into_iter()
+            .find(|t| t.routing.value_format.uses_registry());
+        match needs {
+            Some(t) if !self.schema_registry.is_configured() => Err(ConfigError::invalid(
+                "schema_registry.url",
+                format!(
+                    "is not set, and {}.value_format = \"{}\" takes its schemas from a schema \
+                     registry; add [schema_registry] with url = \"http://registry:8081\"",
+                    t.routing_key,
+                    t.routing.value_format.as_str()
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Every outbox table, with its columns and resolved routing, in the

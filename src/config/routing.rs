@@ -13,6 +13,7 @@ use serde::Deserialize;
 use crate::config::cloudevents::{CloudEventsConfig, EventFormat};
 use crate::config::error::ConfigError;
 use crate::config::outbox::{ColumnsConfig, COLUMN_ROLES};
+use crate::config::value_format::{self, SchemaVersion, ValueEncoding, DEFAULT_SUBJECT};
 
 /// Debezium's outbox event router default (`outbox.event.<aggregatetype>`),
 /// so consumers migrating from Debezium keep their topics.
@@ -34,6 +35,12 @@ pub struct RoutingConfig {
     /// Topic template used when no rule matches.
     pub topic: String,
     pub value: ValueFormat,
+    /// How the value is encoded: JSON as written, or with a registered schema.
+    pub value_format: ValueEncoding,
+    /// The registry subject of the value's schema (a template).
+    pub subject: String,
+    /// Which version of the subject encodes the values.
+    pub schema_version: SchemaVersion,
     /// Plain outbox records or CloudEvents.
     pub format: EventFormat,
     /// What the CloudEvents formats take from the config.
@@ -54,6 +61,9 @@ impl Default for RoutingConfig {
         RoutingConfig {
             topic: DEFAULT_TOPIC.to_owned(),
             value: ValueFormat::default(),
+            value_format: ValueEncoding::default(),
+            subject: DEFAULT_SUBJECT.to_owned(),
+            schema_version: SchemaVersion::default(),
             format: EventFormat::default(),
             cloudevents: CloudEventsConfig::default(),
             tombstone_on_empty_payload: false,
@@ -125,6 +135,7 @@ impl RoutingConfig {
             ));
         }
         self.cloudevents.validate(self.format, columns)?;
+        value_format::validate(self, columns)?;
         for (name, source) in &self.additional_headers {
             let key = format!("routing.additional_headers.{name}");
             if name.is_empty() {

@@ -45,10 +45,18 @@ const ALL_KEYS: &[&str] = &[
     "routing.cloudevents.extensions",
     "routing.tombstone_on_empty_payload",
     "routing.additional_headers",
+    "routing.value_format",
+    "routing.subject",
+    "routing.schema_version",
     "routing.rules.event_type",
     "routing.rules.event_type_prefix",
     "routing.rules.aggregate_type",
     "routing.rules.topic",
+    "schema_registry.url",
+    "schema_registry.username",
+    "schema_registry.password",
+    "schema_registry.ca_file",
+    "schema_registry.request_timeout",
     "relay.max_in_flight_events",
     "relay.max_in_flight_bytes",
     "relay.on_error",
@@ -79,6 +87,7 @@ const ALL_TABLES: &[&str] = &[
     "[routing]",
     "[[routing.rules]]",
     "[routing.cloudevents]",
+    "[schema_registry]",
     "[relay]",
     "[metrics]",
     "[log]",
@@ -141,6 +150,7 @@ fn example_file_shows_the_defaults() {
         }
     );
     assert_eq!(cfg.routing, defaults.routing);
+    assert_eq!(cfg.schema_registry, defaults.schema_registry);
     assert_eq!(cfg.relay, defaults.relay);
     assert_eq!(cfg.metrics, defaults.metrics);
     assert_eq!(cfg.log, defaults.log);

@@ -124,6 +124,10 @@ pub(crate) const KAFKA_PRODUCE_REQUESTS: &str = "outboxd_kafka_produce_requests_
 pub(crate) const KAFKA_OUTBOUND_QUEUE_MESSAGES: &str = "outboxd_kafka_outbound_queue_messages";
 /// Their bytes (gauge).
 pub(crate) const KAFKA_OUTBOUND_QUEUE_BYTES: &str = "outboxd_kafka_outbound_queue_bytes";
+/// Requests to the schema registry, by `outcome`: `ok`, `not_found`,
+/// `unauthorized`, `error` (another answer) or `unavailable` (no answer,
+/// or 5xx) (counter). Flat while events flow: schemas are cached.
+pub(crate) const SCHEMA_REGISTRY_REQUESTS: &str = "outboxd_schema_registry_requests_total";
 /// Always 1, labelled with the version (gauge).
 pub(crate) const BUILD_INFO: &str = "outboxd_build_info";
 
@@ -232,6 +236,10 @@ fn describe() {
         "Failed Kafka deliveries, by error code and kind"
     );
     describe_counter!(RECONNECTS, "Pipeline reconnects, by cause");
+    describe_counter!(
+        SCHEMA_REGISTRY_REQUESTS,
+        "Requests to the schema registry, by outcome"
+    );
     describe_counter!(TRANSACTIONS, "Committed transactions read from the slot");
     describe_counter!(
         KAFKA_TRANSACTIONS,

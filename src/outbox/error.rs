@@ -103,6 +103,20 @@ pub(crate) enum MappingError {
         reason: TraceContextError,
     },
 
+    /// The payload does not fit the Avro schema of its subject
+    /// (routing.value_format = "avro").
+    #[error(
+        "event {event_id}: the payload does not fit schema id {schema_id} (subject `{subject}` \
+         version {version}): {reason}; fix the row, or register a schema version it fits"
+    )]
+    SchemaMismatch {
+        event_id: String,
+        schema_id: u32,
+        subject: String,
+        version: u32,
+        reason: String,
+    },
+
     /// The event cannot be a CloudEvent (routing.format = "cloudevents-*").
     #[error("the event cannot be a CloudEvent: {reason}")]
     CloudEvent { reason: String },

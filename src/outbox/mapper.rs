@@ -31,6 +31,7 @@ use bytes::Bytes;
 
 use crate::config::outbox::ColumnsConfig;
 use crate::config::routing::{RoutingConfig, ValueFormat};
+use crate::outbox::avro::{AvroRoutes, SchemaSet};
 use crate::outbox::bytea;
 use crate::outbox::cloudevents::{Attributes, CloudEventsPlan};
 use crate::outbox::envelope::{write_envelope, EnvelopeFields};
@@ -81,10 +82,22 @@ impl RecordMapper {
         routing: &RoutingConfig,
         ce_source: &str,
     ) -> Result<RecordMapper, MappingConfigError> {
+        RecordMapper::with_schemas(columns, routing, ce_source, &SchemaSet::new())
+    }
+
+    /// As [`new`](Self::new), with the registered schemas the value format
+    /// encodes with (`routing.value_format = "avro"`: every subject of the
+    /// routing must be there).
+    pub(crate) fn with_schemas(
+        columns: &ColumnsConfig,
+        routing: &RoutingConfig,
+        ce_source: &str,
+        schemas: &SchemaSet,
+    ) -> Result<RecordMapper, MappingConfigError> {
         columns.validate()?;
         routing.validate(columns)?;
         Ok(RecordMapper {
-            plan: Plan::new(columns, routing, ce_source)?,
+            plan: Plan::new(columns, routing, ce_source, schemas)?,
             layout: None,
             state: State::default(),
         })
@@ -248,6 +261,8 @@ struct Plan {
     cloudevents: Option<CloudEventsPlan>,
     router: Router,
     value: ValueFormat,
+    /// `Some` with `routing.value_format = "avro"`: the schema per topic.
+    avro: Option<AvroRoutes>,
     tombstone: bool,
 }
 
@@ -272,6 +287,7 @@ impl Plan {
         columns: &ColumnsConfig,
         routing: &RoutingConfig,
         ce_source: &str,
+        schemas: &SchemaSet,
     ) -> Result<Plan, MappingConfigError> {
         let mut slots = Slots::default();
         let mut required = |role: &str| {
@@ -323,6 +339,7 @@ impl Plan {
             cloudevents,
             router,
             value: routing.value,
+            avro: AvroRoutes::new(routing, schemas)?,
             tombstone: routing.tombstone_on_empty_payload,
         })
     }
@@ -410,6 +427,10 @@ impl Plan {
             event_type,
             aggregate_type,
         )?;
+        let value = match (&self.avro, value) {
+            (Some(routes), Some(payload)) => Some(encode_avro(routes, &topic, id, &payload)?),
+            (_, value) => value,
+        };
         let extra = self
             .cloudevents
             .as_ref()
@@ -464,6 +485,32 @@ impl Plan {
             size,
         })
     }
+}
+
+/// The payload encoded with its topic's schema and framed.
+fn encode_avro(
+    routes: &AvroRoutes,
+    topic: &str,
+    id: Option<&Bytes>,
+    payload: &[u8],
+) -> Result<Bytes, MappingError> {
+    let event_id = || id.map_or_else(|| "(no id)".to_owned(), |b| quote(b));
+    let schema = routes
+        .schema_for(topic)
+        .ok_or_else(|| MappingError::InvalidTopic {
+            topic: topic.to_owned(),
+            reason: "no Avro schema was resolved for this topic (routing.subject)".into(),
+        })?;
+    schema
+        .encode_framed(payload)
+        .map(Bytes::from)
+        .map_err(|e| MappingError::SchemaMismatch {
+            event_id: event_id(),
+            schema_id: schema.id,
+            subject: schema.subject.clone(),
+            version: schema.version,
+            reason: e.to_string(),
+        })
 }
 
 #[cfg(test)]

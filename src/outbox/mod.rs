@@ -1,6 +1,7 @@
 //! Rows to events: what an outbox event is, and (with the Kafka sink) how it
 //! maps to a Kafka record.
 
+pub(crate) mod avro;
 pub(crate) mod bytea;
 mod cloudevents;
 pub(crate) mod envelope;

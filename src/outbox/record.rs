@@ -95,6 +95,13 @@ pub(crate) fn parse_timestamp_ms(text: &[u8]) -> Option<i64> {
     if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) {
         return std::str::from_utf8(s).ok()?.parse().ok();
     }
+    parse_timestamp_text_us(s).map(|us| us.div_euclid(1000))
+}
+
+/// The text forms [`parse_timestamp_ms`] reads (not the plain integer), in
+/// microseconds since the epoch; fractions beyond microseconds are
+/// truncated.
+pub(crate) fn parse_timestamp_text_us(s: &[u8]) -> Option<i64> {
     let mut p = Cursor { s, i: 0 };
     let year = p.number(4, 9)?;
     p.expect(b'-')?;
@@ -116,13 +123,13 @@ pub(crate) fn parse_timestamp_ms(text: &[u8]) -> Option<i64> {
     if hour > 23 || minute > 59 || second > 59 {
         return None;
     }
-    let mut millis = 0;
+    let mut micros = 0;
     if p.peek() == Some(b'.') {
         p.i += 1;
         let start = p.i;
         while let Some(d) = p.peek().filter(u8::is_ascii_digit) {
-            if p.i - start < 3 {
-                millis = millis * 10 + i64::from(d - b'0');
+            if p.i - start < 6 {
+                micros = micros * 10 + i64::from(d - b'0');
             }
             p.i += 1;
         }
@@ -130,8 +137,8 @@ pub(crate) fn parse_timestamp_ms(text: &[u8]) -> Option<i64> {
         if n == 0 {
             return None;
         }
-        for _ in n..3 {
-            millis *= 10;
+        for _ in n..6 {
+            micros *= 10;
         }
     }
     let offset_s = match p.peek() {
@@ -169,7 +176,7 @@ pub(crate) fn parse_timestamp_ms(text: &[u8]) -> Option<i64> {
     }
     let days = days_from_civil(year, month, day);
     let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
-    secs.checked_mul(1000)?.checked_add(millis)
+    secs.checked_mul(1_000_000)?.checked_add(micros)
 }
 
 /// Appends `ms` (since the Unix epoch) as ISO-8601 UTC with milliseconds,
@@ -236,7 +243,7 @@ fn is_leap(y: i64) -> bool {
     y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
 }
 
-fn days_in_month(y: i64, m: i64) -> i64 {
+pub(crate) fn days_in_month(y: i64, m: i64) -> i64 {
     match m {
         2 if is_leap(y) => 29,
         2 => 28,
@@ -247,7 +254,7 @@ fn days_in_month(y: i64, m: i64) -> i64 {
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
 /// algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+pub(crate) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;

@@ -7,6 +7,7 @@
 use bytes::Bytes;
 
 use crate::config::OutboxTable;
+use crate::outbox::avro::SchemaSet;
 use crate::outbox::RecordMapper;
 use crate::outbox::{EventKind, KafkaRecord, MappingConfigError, MappingError, OutboxEvent};
 
@@ -28,7 +29,18 @@ pub(crate) struct TableMappers {
 }
 
 impl TableMappers {
+    #[cfg(test)]
     pub(crate) fn new(tables: &[OutboxTable]) -> Result<TableMappers, MappingConfigError> {
+        TableMappers::with_schemas(tables, &SchemaSet::new())
+    }
+
+    /// As [`new`](Self::new), with the registered schemas of the tables
+    /// whose value format needs them (fetched before, see
+    /// `registry::SchemaRegistry::schemas_for`).
+    pub(crate) fn with_schemas(
+        tables: &[OutboxTable],
+        schemas: &SchemaSet,
+    ) -> Result<TableMappers, MappingConfigError> {
         let entries = tables
             .iter()
             .map(|t| {
@@ -37,7 +49,12 @@ impl TableMappers {
                     name: t.table.name().to_owned(),
                     message_prefix: t.message_prefix.clone(),
                     label: t.label(),
-                    mapper: RecordMapper::new(&t.columns, &t.routing, &t.ce_source())?,
+                    mapper: RecordMapper::with_schemas(
+                        &t.columns,
+                        &t.routing,
+                        &t.ce_source(),
+                        schemas,
+                    )?,
                 })
             })
             .collect::<Result<Vec<_>, MappingConfigError>>()?;

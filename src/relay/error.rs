@@ -3,6 +3,7 @@
 
 use crate::outbox::MappingConfigError;
 use crate::progress::ledger::StartGap;
+use crate::registry::RegistryError;
 use crate::sink::{LedgerTopicError, SinkError, TransactionError};
 use crate::source::error::SourceError;
 use crate::source::replication::error::Disposition;
@@ -23,6 +24,10 @@ pub enum RelayError {
     /// instance took the transactional id over) stops the relay.
     #[error(transparent)]
     Transaction(#[from] TransactionError),
+    /// The schema registry refused, or a route's schema cannot be used
+    /// (the message names the setting or the subject).
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
     /// The ledger, the server and the slot disagree: events may have been
     /// lost. The message names the slot, both positions and the recovery.
     #[error("{0}")]
@@ -87,6 +92,7 @@ impl RelayError {
             ) => Disposition::Transient,
             RelayError::Transaction(_)
             | RelayError::Mapping(_)
+            | RelayError::Registry(_)
             | RelayError::GaveUp { .. }
             | RelayError::SlotLost { .. }
             | RelayError::Ledger(_)

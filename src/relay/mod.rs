@@ -17,6 +17,7 @@
 mod dead_letter;
 mod error;
 mod ledger;
+mod schemas;
 mod session;
 mod settings;
 mod slot_record;
@@ -73,8 +74,12 @@ pub async fn run(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
+    // Before the first session: the mappers are built with the schemas.
+    let Some(schemas) = schemas::fetch(&settings, &stop).await? else {
+        return Ok(());
+    };
     let telemetry = RelayTelemetry::new(&settings.health);
-    let mut state = RelayState::new(&settings, stop)?;
+    let mut state = RelayState::new(&settings, &schemas, stop)?;
     state.tell_start(&settings, &telemetry);
     let relay = settings.config.relay.clone();
     let mut retries = Retries::new(&relay);

@@ -12,6 +12,7 @@ use super::settings::RelaySettings;
 use super::slot_record::SlotRecord;
 use super::table_watch::TableBaseline;
 use super::telemetry::{RelayEvent, RelayTelemetry};
+use crate::outbox::avro::SchemaSet;
 use crate::outbox::TableMappers;
 use crate::source::admin;
 use crate::source::error::SourceError;
@@ -35,10 +36,11 @@ pub(super) struct RelayState {
 impl RelayState {
     pub(super) fn new(
         settings: &RelaySettings,
+        schemas: &SchemaSet,
         stop: watch::Receiver<bool>,
     ) -> Result<Self, RelayError> {
         Ok(RelayState {
-            mapper: TableMappers::new(&settings.config.tables())?,
+            mapper: TableMappers::with_schemas(&settings.config.tables(), schemas)?,
             poison: PoisonMemory::default(),
             ledger: None,
             slot: SlotRecord::new(),

@@ -164,6 +164,9 @@ fn register(config: &Config, mappers: &TableMappers, dead_letter_reasons: &[&'st
     for cause in ReconnectCause::ALL {
         metrics::counter!(m::RECONNECTS, "cause" => cause.label()).increment(0);
     }
+    for outcome in crate::registry::OUTCOMES {
+        metrics::counter!(m::SCHEMA_REGISTRY_REQUESTS, "outcome" => outcome).increment(0);
+    }
     for table in mappers.labels() {
         for &reason in dead_letter_reasons {
             metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => reason, "table" => table.to_owned())

@@ -9,6 +9,7 @@ pub mod outboxd;
 pub mod pg;
 pub mod proxy;
 pub mod python;
+pub mod registry;
 pub mod relay;
 pub mod standby;
 pub mod wait;

@@ -89,3 +89,41 @@ pub fn read_records(mode: Mode, records: &[Record]) -> Vec<Value> {
     assert_eq!(results.len(), records.len());
     results
 }
+
+/// What confluent-kafka's `AvroDeserializer` (with a fresh
+/// `SchemaRegistryClient` on `registry`) makes of each record's value, in
+/// order: `{"value": …, "schema_id": n}` or `{"error": …}`; see
+/// `tests/python/read_avro.py` for how Avro types are shown.
+pub fn read_avro(registry: &str, topic: &str, records: &[Record]) -> Vec<Value> {
+    let request = json!({
+        "registry": registry,
+        "topic": topic,
+        "values": records.iter().map(|r| r.value.as_deref().map(hex)).collect::<Vec<_>>(),
+    });
+    let mut child = Command::new(python())
+        .arg(repo().join("tests/python/read_avro.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run read_avro.py");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "read_avro.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), records.len());
+    results
+}

@@ -1,0 +1,246 @@
+//! The schema registry: the schemas of the registry value formats, fetched
+//! over Confluent's REST API and cached by id and by subject/version, so that
+//! in steady state no event costs a request (the
+//! `outboxd_schema_registry_requests_total` metric counts them all).
+//!
+//! At the level of `sink` (I/O toward an outside service); what it fetches is
+//! handed to the pure mapping in `outbox::avro` as parsed schemas.
+
+mod client;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use hyper::StatusCode;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde::Deserialize;
+
+use crate::config::value_format::SchemaVersion;
+use crate::config::{OutboxTable, SchemaRegistryConfig};
+use crate::metrics::SCHEMA_REGISTRY_REQUESTS;
+use crate::outbox::avro::{avro_subjects, AvroSchema, RegisteredSchema, SchemaSet};
+
+/// What a subject keeps as is in a URL path: RFC 3986's unreserved
+/// characters; anything else (`/`, `:`, spaces, ...) is percent-encoded.
+const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// The `outcome` labels of `outboxd_schema_registry_requests_total`.
+pub(crate) const OUTCOMES: [&str; 5] = ["ok", "not_found", "unauthorized", "error", "unavailable"];
+
+/// Why the registry could not give a schema.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("{key}: {reason}")]
+    Config { key: &'static str, reason: String },
+    /// Cannot connect, times out, or answers 5xx: worth retrying.
+    #[error("the schema registry at {url} cannot be reached: {reason}")]
+    Unavailable { url: String, reason: String },
+    #[error(
+        "the schema registry at {url} refused the request ({status}): check \
+         schema_registry.username and schema_registry.password"
+    )]
+    Unauthorized { url: String, status: StatusCode },
+    #[error(
+        "subject `{subject}` does not exist in the schema registry at {url} (routing.subject); \
+         register its schema first, e.g.: curl -X POST -H 'Content-Type: \
+         application/vnd.schemaregistry.v1+json' --data '{{\"schema\": \"<the Avro schema as \
+         an escaped JSON string>\"}}' {url}/subjects/{subject}/versions"
+    )]
+    SubjectNotFound { url: String, subject: String },
+    #[error(
+        "subject `{subject}` has no version {version} in the schema registry at {url} \
+         (routing.schema_version)"
+    )]
+    VersionNotFound {
+        url: String,
+        subject: String,
+        version: SchemaVersion,
+    },
+    #[error("subject `{subject}` version {version} (schema id {id}): {reason}")]
+    BadSchema {
+        subject: String,
+        version: u32,
+        id: u32,
+        reason: String,
+    },
+    #[error("the schema registry at {url} answered {status} to {what}: {body}")]
+    Unexpected {
+        url: String,
+        what: String,
+        status: StatusCode,
+        body: String,
+    },
+}
+
+impl RegistryError {
+    /// Worth asking again later (the registry is down or overloaded).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, RegistryError::Unavailable { .. })
+    }
+}
+
+/// `GET /subjects/{subject}/versions/{version}`.
+#[derive(Deserialize)]
+struct SubjectVersion {
+    subject: String,
+    version: u32,
+    id: u32,
+    schema: String,
+    /// Absent for Avro (the registries' default).
+    #[serde(rename = "schemaType")]
+    schema_type: Option<String>,
+}
+
+/// The registry and what it has answered so far.
+pub struct SchemaRegistry {
+    http: client::HttpClient,
+    by_id: HashMap<u32, Arc<RegisteredSchema>>,
+    by_version: HashMap<(String, u32), Arc<RegisteredSchema>>,
+}
+
+impl SchemaRegistry {
+    pub fn new(config: &SchemaRegistryConfig) -> Result<SchemaRegistry, RegistryError> {
+        Ok(SchemaRegistry {
+            http: client::HttpClient::new(config)?,
+            by_id: HashMap::new(),
+            by_version: HashMap::new(),
+        })
+    }
+
+    /// Schemas cached (by id).
+    pub fn cached(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// The subject's schema at `version`; a pinned version already fetched
+    /// costs no request. `latest` always asks (it is asked at start, and
+    /// again only when a payload does not fit).
+    pub(crate) async fn resolve(
+        &mut self,
+        subject: &str,
+        version: SchemaVersion,
+    ) -> Result<Arc<RegisteredSchema>, RegistryError> {
+        if let SchemaVersion::Number(n) = version {
+            if let Some(s) = self.by_version.get(&(subject.to_owned(), n)) {
+                return Ok(s.clone());
+            }
+        }
+        let path = format!(
+            "/subjects/{}/versions/{version}",
+            utf8_percent_encode(subject, PATH_SEGMENT)
+        );
+        let answer = self
+            .http
+            .get(&path)
+            .await
+            .inspect_err(|_| count("unavailable"))?;
+        match answer.status {
+            StatusCode::OK => count("ok"),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                count("unauthorized");
+                return Err(RegistryError::Unauthorized {
+                    url: answer.url,
+                    status: answer.status,
+                });
+            }
+            StatusCode::NOT_FOUND => {
+                count("not_found");
+                // Confluent's error codes: 40401 subject, 40402 version.
+                let code = serde_json::from_slice::<serde_json::Value>(&answer.body)
+                    .ok()
+                    .and_then(|v| v["error_code"].as_u64());
+                let url = answer.url.trim_end_matches('/').to_owned();
+                return Err(match code {
+                    Some(40402) => RegistryError::VersionNotFound {
+                        url,
+                        subject: subject.to_owned(),
+                        version,
+                    },
+                    _ => RegistryError::SubjectNotFound {
+                        url,
+                        subject: subject.to_owned(),
+                    },
+                });
+            }
+            status => {
+                count("error");
+                return Err(RegistryError::Unexpected {
+                    url: answer.url,
+                    what: format!("GET {path}"),
+                    status,
+                    body: String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+                        .into_owned(),
+                });
+            }
+        }
+        let found: SubjectVersion =
+            serde_json::from_slice(&answer.body).map_err(|e| RegistryError::Unexpected {
+                url: answer.url.clone(),
+                what: format!("GET {path}"),
+                status: answer.status,
+                body: format!("not a subject version: {e}"),
+            })?;
+        let bad = |reason: String| RegistryError::BadSchema {
+            subject: found.subject.clone(),
+            version: found.version,
+            id: found.id,
+            reason,
+        };
+        if let Some(t) = found.schema_type.as_deref().filter(|t| *t != "AVRO") {
+            return Err(bad(format!(
+                "is a {t} schema, and routing.value_format = \"avro\" needs an AVRO one"
+            )));
+        }
+        let schema = match self.by_id.get(&found.id) {
+            Some(s) if s.subject == found.subject && s.version == found.version => s.clone(),
+            _ => {
+                let avro = AvroSchema::parse(&found.schema)
+                    .map_err(|e| bad(format!("the schema does not parse: {e}")))?;
+                Arc::new(RegisteredSchema {
+                    id: found.id,
+                    subject: found.subject.clone(),
+                    version: found.version,
+                    avro,
+                })
+            }
+        };
+        self.by_id.insert(found.id, schema.clone());
+        self.by_version
+            .insert((found.subject.clone(), found.version), schema.clone());
+        Ok(schema)
+    }
+
+    /// The schemas every table's routing names, fetched now (for the relay's
+    /// start); empty when no table uses a registry value format.
+    pub(crate) async fn schemas_for(
+        &mut self,
+        tables: &[OutboxTable],
+    ) -> Result<SchemaSet, RegistryError> {
+        let mut set = SchemaSet::new();
+        for t in tables {
+            for subject in avro_subjects(&t.routing) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = set.entry(subject) {
+                    let schema = self.resolve(slot.key(), t.routing.schema_version).await?;
+                    tracing::info!(
+                        subject = %slot.key(),
+                        version = schema.version,
+                        schema_id = schema.id,
+                        "schema from the registry"
+                    );
+                    slot.insert(schema);
+                }
+            }
+        }
+        Ok(set)
+    }
+}
+
+fn count(outcome: &'static str) {
+    metrics::counter!(SCHEMA_REGISTRY_REQUESTS, "outcome" => outcome).increment(1);
+}

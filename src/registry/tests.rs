@@ -1,0 +1,168 @@
+//! The client against a scripted registry on loopback: which answer becomes
+//! which error, URLs tried in turn, and what the cache saves.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::*;
+
+/// A registry that answers every request with `status` and `body`, and
+/// keeps the requests' heads.
+struct Scripted {
+    url: String,
+    requests: Arc<std::sync::Mutex<Vec<String>>>,
+    count: Arc<AtomicUsize>,
+}
+
+async fn scripted(status: u16, body: &'static str) -> Scripted {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/apis/ccompat/v7", listener.local_addr().unwrap());
+    let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let count = Arc::new(AtomicUsize::new(0));
+    let (seen, n) = (requests.clone(), count.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = vec![0u8; 4096];
+            let len = s.read(&mut buf).await.unwrap_or(0);
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf[..len]).into_owned());
+            n.fetch_add(1, Ordering::SeqCst);
+            let answer = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(answer.as_bytes()).await;
+        }
+    });
+    Scripted {
+        url,
+        requests,
+        count,
+    }
+}
+
+fn config(url: &str) -> SchemaRegistryConfig {
+    SchemaRegistryConfig {
+        url: url.to_owned(),
+        username: Some("relay".into()),
+        password: Some("pw-secret".into()),
+        request_timeout: Duration::from_secs(2),
+        ..Default::default()
+    }
+}
+
+const FOUND: &str = r#"{"subject":"orders-value","version":2,"id":41,"schema":"{\"type\":\"record\",\"name\":\"O\",\"fields\":[{\"name\":\"n\",\"type\":\"long\"}]}"}"#;
+
+#[tokio::test]
+async fn fetches_parses_and_caches_pinned_versions() {
+    let r = scripted(200, FOUND).await;
+    let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
+    let s = reg
+        .resolve("orders-value", SchemaVersion::Number(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        (s.id, s.version, s.subject.as_str()),
+        (41, 2, "orders-value")
+    );
+    assert_eq!(
+        s.encode_framed(br#"{"n": 1}"#).unwrap(),
+        vec![0, 0, 0, 0, 41, 2]
+    );
+    // Pinned and cached: no second request.
+    reg.resolve("orders-value", SchemaVersion::Number(2))
+        .await
+        .unwrap();
+    assert_eq!(r.count.load(Ordering::SeqCst), 1);
+    assert_eq!(reg.cached(), 1);
+    let head = r.requests.lock().unwrap()[0].clone();
+    assert!(
+        head.starts_with("GET /apis/ccompat/v7/subjects/orders-value/versions/2 HTTP/1.1"),
+        "{head}"
+    );
+    // Basic auth: base64("relay:pw-secret").
+    assert!(
+        head.contains("authorization: Basic cmVsYXk6cHctc2VjcmV0"),
+        "{head}"
+    );
+}
+
+#[tokio::test]
+async fn answers_become_errors_that_name_the_setting() {
+    let r = scripted(401, r#"{"error_code":40101,"message":"no"}"#).await;
+    let e = SchemaRegistry::new(&config(&r.url))
+        .unwrap()
+        .resolve("orders-value", SchemaVersion::Latest)
+        .await
+        .unwrap_err();
+    assert!(!e.is_retryable());
+    let text = e.to_string();
+    assert!(text.contains("schema_registry.password"), "{text}");
+    assert!(!text.contains("pw-secret"), "{text}");
+
+    let r = scripted(404, r#"{"error_code":40401,"message":"Subject not found"}"#).await;
+    let e = SchemaRegistry::new(&config(&r.url))
+        .unwrap()
+        .resolve("orders-value", SchemaVersion::Latest)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, RegistryError::SubjectNotFound { .. }), "{e}");
+    assert!(
+        e.to_string().contains("/subjects/orders-value/versions"),
+        "{e}"
+    );
+
+    let r = scripted(404, r#"{"error_code":40402,"message":"Version not found"}"#).await;
+    let e = SchemaRegistry::new(&config(&r.url))
+        .unwrap()
+        .resolve("orders-value", SchemaVersion::Number(9))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("has no version 9"), "{e}");
+
+    let r = scripted(
+        200,
+        r#"{"subject":"s","version":1,"id":3,"schema":"{}","schemaType":"JSON"}"#,
+    )
+    .await;
+    let e = SchemaRegistry::new(&config(&r.url))
+        .unwrap()
+        .resolve("s", SchemaVersion::Latest)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("is a JSON schema"), "{e}");
+}
+
+#[tokio::test]
+async fn tries_each_url_in_turn_and_retries_only_outages() {
+    let down = scripted(503, "overloaded").await;
+    let up = scripted(200, FOUND).await;
+    let refused = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let mut reg =
+        SchemaRegistry::new(&config(&format!("{refused}, {}, {}", down.url, up.url))).unwrap();
+    let s = reg
+        .resolve("orders-value", SchemaVersion::Latest)
+        .await
+        .unwrap();
+    assert_eq!(s.id, 41);
+    assert_eq!(down.count.load(Ordering::SeqCst), 1);
+
+    let e = SchemaRegistry::new(&config(&format!("{refused}, {}", down.url)))
+        .unwrap()
+        .resolve("orders-value", SchemaVersion::Latest)
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("503"), "{e}");
+}

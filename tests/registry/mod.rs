@@ -1,0 +1,4 @@
+//! The registry value formats (issue 37) against a real schema registry,
+//! PostgreSQL and Kafka.
+
+mod avro;
