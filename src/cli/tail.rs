@@ -49,6 +49,7 @@ pub async fn run(
         status_interval: opts.status_interval,
         stream_timeout: DEFAULT_STREAM_TIMEOUT,
         ceiling: None,
+        lag_gauge: None,
     });
     let mut pending: Vec<OutboxEvent> = Vec::new();
     let mut printed: u64 = 0;

@@ -13,7 +13,9 @@ use serde::Deserialize;
 use crate::config::cloudevents::{CloudEventsConfig, EventFormat};
 use crate::config::error::ConfigError;
 use crate::config::outbox::{ColumnsConfig, COLUMN_ROLES};
-use crate::config::value_format::{self, SchemaVersion, ValueEncoding, DEFAULT_SUBJECT};
+use crate::config::value_format::{
+    is_fixed_topic, parse_subject, SchemaVersion, SubjectPart, ValueEncoding, DEFAULT_SUBJECT,
+};
 
 /// Debezium's outbox event router default (`outbox.event.<aggregatetype>`),
 /// so consumers migrating from Debezium keep their topics.
@@ -135,7 +137,7 @@ impl RoutingConfig {
             ));
         }
         self.cloudevents.validate(self.format, columns)?;
-        value_format::validate(self, columns)?;
+        validate_value_format(self, columns)?;
         for (name, source) in &self.additional_headers {
             let key = format!("routing.additional_headers.{name}");
             if name.is_empty() {
@@ -298,4 +300,98 @@ pub(crate) fn validate_topic_name(key: &str, topic: &str) -> Result<(), ConfigEr
             ),
         ))
     }
+}
+
+/// The value-format keys of one routing config: known placeholders, the
+/// combinations that cannot work, and (for now) what is not built yet.
+fn validate_value_format(
+    routing: &RoutingConfig,
+    columns: &ColumnsConfig,
+) -> Result<(), ConfigError> {
+    let parts = parse_subject(&routing.subject)
+        .map_err(|reason| ConfigError::invalid("routing.subject", reason))?;
+    if routing.subject.is_empty() {
+        return Err(ConfigError::invalid(
+            "routing.subject",
+            format!("must not be empty; e.g. \"{DEFAULT_SUBJECT}\""),
+        ));
+    }
+    let encoding = routing.value_format;
+    if encoding == ValueEncoding::Json {
+        return Ok(());
+    }
+    if matches!(encoding, ValueEncoding::JsonSchema | ValueEncoding::Framed) {
+        return Err(ConfigError::invalid(
+            "routing.value_format",
+            format!(
+                "\"{}\" is not implemented yet; use \"json\" or \"avro\"",
+                encoding.as_str()
+            ),
+        ));
+    }
+    match routing.format {
+        EventFormat::Plain => {}
+        EventFormat::CloudeventsStructured => {
+            return Err(ConfigError::invalid(
+                "routing.value_format",
+                format!(
+                    "\"{}\" cannot be combined with routing.format = \"cloudevents-structured\": \
+                     a structured CloudEvent is JSON with the payload inside; use \
+                     \"cloudevents-binary\" or routing.value_format = \"json\"",
+                    encoding.as_str()
+                ),
+            ))
+        }
+        EventFormat::CloudeventsBinary => {
+            return Err(ConfigError::invalid(
+                "routing.value_format",
+                format!(
+                    "\"{}\" with routing.format = \"cloudevents-binary\" is not implemented yet; \
+                     use routing.format = \"plain\"",
+                    encoding.as_str()
+                ),
+            ))
+        }
+    }
+    if routing.value == ValueFormat::Envelope {
+        return Err(ConfigError::invalid(
+            "routing.value",
+            format!(
+                "\"envelope\" is JSON; with routing.value_format = \"{}\" the payload itself is \
+                 encoded: set routing.value = \"payload\"",
+                encoding.as_str()
+            ),
+        ));
+    }
+    // The subjects are resolved when the relay starts, so each event's must
+    // follow from the config alone.
+    for part in &parts {
+        let per_event = match part {
+            SubjectPart::Literal(_) => None,
+            SubjectPart::Role(r) => Some(format!("${{{r}}}")),
+            SubjectPart::Column(c) => Some(format!("${{column:{c}}}")),
+            SubjectPart::Topic => {
+                if columns.column_for_role("topic").is_some() {
+                    Some("${topic} with outbox.columns.topic set".to_owned())
+                } else {
+                    std::iter::once(&routing.topic)
+                        .chain(routing.rules.iter().map(|r| &r.topic))
+                        .find(|t| !is_fixed_topic(t))
+                        .map(|t| format!("${{topic}} with the topic template `{t}`"))
+                }
+            }
+        };
+        if let Some(what) = per_event {
+            return Err(ConfigError::invalid(
+                "routing.subject",
+                format!(
+                    "`{}` uses {what}, which varies per event: subjects resolved per event are \
+                     not implemented yet; use fixed topics (routing.topic and \
+                     routing.rules[].topic without placeholders) or a fixed subject",
+                    routing.subject
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -6,10 +6,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
-use crate::config::cloudevents::EventFormat;
-use crate::config::error::ConfigError;
-use crate::config::outbox::{ColumnsConfig, COLUMN_ROLES};
-use crate::config::routing::{RoutingConfig, ValueFormat};
+use crate::config::outbox::COLUMN_ROLES;
 
 /// Confluent's TopicNameStrategy: what their serializers use by default, so a
 /// consumer's registry lookups find the schema without extra settings.
@@ -151,106 +148,12 @@ pub(crate) fn parse_subject(template: &str) -> Result<Vec<SubjectPart<'_>>, Stri
 
 /// Whether a topic template has no placeholder (the same topic for every
 /// event it routes).
-fn is_fixed_topic(template: &str) -> bool {
+pub(crate) fn is_fixed_topic(template: &str) -> bool {
     !template.contains("${")
 }
 
-/// The value-format keys of one routing config: known placeholders, the
-/// combinations that cannot work, and (for now) what is not built yet.
-pub(crate) fn validate(
-    routing: &RoutingConfig,
-    columns: &ColumnsConfig,
-) -> Result<(), ConfigError> {
-    let parts = parse_subject(&routing.subject)
-        .map_err(|reason| ConfigError::invalid("routing.subject", reason))?;
-    if routing.subject.is_empty() {
-        return Err(ConfigError::invalid(
-            "routing.subject",
-            format!("must not be empty; e.g. \"{DEFAULT_SUBJECT}\""),
-        ));
-    }
-    let encoding = routing.value_format;
-    if encoding == ValueEncoding::Json {
-        return Ok(());
-    }
-    if matches!(encoding, ValueEncoding::JsonSchema | ValueEncoding::Framed) {
-        return Err(ConfigError::invalid(
-            "routing.value_format",
-            format!(
-                "\"{}\" is not implemented yet; use \"json\" or \"avro\"",
-                encoding.as_str()
-            ),
-        ));
-    }
-    match routing.format {
-        EventFormat::Plain => {}
-        EventFormat::CloudeventsStructured => {
-            return Err(ConfigError::invalid(
-                "routing.value_format",
-                format!(
-                    "\"{}\" cannot be combined with routing.format = \"cloudevents-structured\": \
-                     a structured CloudEvent is JSON with the payload inside; use \
-                     \"cloudevents-binary\" or routing.value_format = \"json\"",
-                    encoding.as_str()
-                ),
-            ))
-        }
-        EventFormat::CloudeventsBinary => {
-            return Err(ConfigError::invalid(
-                "routing.value_format",
-                format!(
-                    "\"{}\" with routing.format = \"cloudevents-binary\" is not implemented yet; \
-                     use routing.format = \"plain\"",
-                    encoding.as_str()
-                ),
-            ))
-        }
-    }
-    if routing.value == ValueFormat::Envelope {
-        return Err(ConfigError::invalid(
-            "routing.value",
-            format!(
-                "\"envelope\" is JSON; with routing.value_format = \"{}\" the payload itself is \
-                 encoded: set routing.value = \"payload\"",
-                encoding.as_str()
-            ),
-        ));
-    }
-    // The subjects are resolved when the relay starts, so each event's must
-    // follow from the config alone.
-    for part in &parts {
-        let per_event = match part {
-            SubjectPart::Literal(_) => None,
-            SubjectPart::Role(r) => Some(format!("${{{r}}}")),
-            SubjectPart::Column(c) => Some(format!("${{column:{c}}}")),
-            SubjectPart::Topic => {
-                if columns.column_for_role("topic").is_some() {
-                    Some("${topic} with outbox.columns.topic set".to_owned())
-                } else {
-                    std::iter::once(&routing.topic)
-                        .chain(routing.rules.iter().map(|r| &r.topic))
-                        .find(|t| !is_fixed_topic(t))
-                        .map(|t| format!("${{topic}} with the topic template `{t}`"))
-                }
-            }
-        };
-        if let Some(what) = per_event {
-            return Err(ConfigError::invalid(
-                "routing.subject",
-                format!(
-                    "`{}` uses {what}, which varies per event: subjects resolved per event are \
-                     not implemented yet; use fixed topics (routing.topic and \
-                     routing.rules[].topic without placeholders) or a fixed subject",
-                    routing.subject
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// The subject for events routed to `topic` (a subject that passed
-/// [`validate`]: only literals and `${topic}`).
+/// `RoutingConfig`'s checks: only literals and `${topic}`).
 pub(crate) fn render_fixed_subject(template: &str, topic: &str) -> String {
     template.replace("${topic}", topic)
 }

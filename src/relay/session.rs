@@ -126,6 +126,7 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
             status_interval: interval,
             stream_timeout: settings.config.postgres.stream_timeout,
             ceiling: Some(table_watch.ceiling()),
+            lag_gauge: Some(metrics::gauge!(crate::metrics::CONFIRMATION_LAG_SECONDS)),
         });
         let mut telemetry = Telemetry::new(std::sync::Arc::clone(&settings.health));
         slot.stream_opened(start_lsn);

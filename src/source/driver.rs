@@ -31,7 +31,6 @@ use super::confirmation_lag::ConfirmationLag;
 use super::error::SourceError;
 use super::pgoutput::Decoder;
 use super::replication::{MessageSkip, ReplicationError, ReplicationStream, ServerMessage};
-use crate::metrics as m;
 use crate::Lsn;
 
 /// Items the driver may read ahead of its consumer. Small: the consumer has
@@ -80,6 +79,9 @@ pub(crate) struct DriverOptions {
     pub(crate) stream_timeout: Duration,
     /// `None`: confirm whatever the consumer says (`outboxd tail`).
     pub(crate) ceiling: Option<ConfirmCeiling>,
+    /// Where the confirmation lag is told (`outboxd_confirmation_lag_seconds`
+    /// in the relay), if anywhere.
+    pub(crate) lag_gauge: Option<metrics::Gauge>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,12 +137,9 @@ impl SourceHandle {
             decoder,
             assembler,
             raises: opts.ceiling.as_ref().map(|c| c.raises()),
-            lag: opts.ceiling.as_ref().map(|_| {
-                (
-                    ConfirmationLag::default(),
-                    metrics::gauge!(m::CONFIRMATION_LAG_SECONDS),
-                )
-            }),
+            lag: opts
+                .lag_gauge
+                .map(|gauge| (ConfirmationLag::default(), gauge)),
             ceiling: opts.ceiling,
             items: items_tx,
             confirm: confirm_rx,
