@@ -567,6 +567,7 @@ net_up() {
   flock "$lockfd"
   for x in $(seq 1 250); do
     ip link show "obk$x" >/dev/null 2>&1 && continue
+    ip -o link show | grep -q ": obk${x}v" && continue
     ip -o addr show | grep -q " 10\.231\.$x\." && continue
     break
   done
@@ -580,6 +581,7 @@ net_up() {
     ip netns add "$br-$i"
     echo "NETNS_$i=$br-$i" >>"$dir/net.env"
     ip link add "${br}v$i" type veth peer name "${br}p$i"
+    echo "VETH_$i=${br}v$i" >>"$dir/net.env"
     ip link set "${br}p$i" netns "$br-$i"
     ip link set "${br}v$i" master "$br" up
     ip netns exec "$br-$i" ip link set "${br}p$i" name eth0
@@ -597,6 +599,8 @@ net_down() { # dir
   while IFS= read -r line; do
     case "$line" in
       NETNS_*=*) ip netns del "${line#*=}" 2>/dev/null || true ;;
+      # Also gone with its namespace, but only once the kernel gets round to it.
+      VETH_*=*) ip link del "${line#*=}" 2>/dev/null || true ;;
       BRIDGE=*) ip link del "${line#*=}" 2>/dev/null || true ;;
     esac
   done < <(tac "$1/net.env")
