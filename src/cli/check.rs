@@ -9,6 +9,7 @@
 
 mod columns;
 mod kafka;
+mod ledger_replicas;
 mod postgres;
 mod postgres_facts;
 mod transactions;

@@ -26,6 +26,11 @@ pub(crate) const DEFAULT_TOPIC_REPLICATION_FACTOR: i32 = 1;
 /// The position ledger's compacted topic (issue 8): like Kafka Connect's
 /// `connect-offsets`, one topic a cluster's relays share, one key each.
 pub(crate) const DEFAULT_LEDGER_TOPIC: &str = "outboxd.positions";
+/// The broker's `default.replication.factor` for the ledger topic: the
+/// ledger is what tells a lost slot from a first start, so on a cluster it
+/// should be as durable as the cluster makes topics by default, and a
+/// single development broker (default 1) still accepts it.
+pub(crate) const DEFAULT_LEDGER_REPLICATION_FACTOR: i32 = -1;
 /// Kafka's limit on a topic name's length.
 const MAX_TOPIC_NAME: usize = 249;
 
@@ -43,6 +48,9 @@ pub struct KafkaConfig {
     pub topic_replication_factor: i32,
     /// The position ledger's topic (compacted; see `crate::sink::LedgerTopic`).
     pub ledger_topic: String,
+    /// Replication factor of the ledger topic when outboxd creates it; -1 =
+    /// broker default.
+    pub ledger_replication_factor: i32,
     /// librdkafka properties, passed through. Values may be written as TOML
     /// strings, integers or booleans; dotted keys may be quoted
     /// (`"security.protocol" = "SSL"`) or bare (`security.protocol = "SSL"`,
@@ -62,6 +70,7 @@ impl Default for KafkaConfig {
             topic_partitions: DEFAULT_TOPIC_PARTITIONS,
             topic_replication_factor: DEFAULT_TOPIC_REPLICATION_FACTOR,
             ledger_topic: DEFAULT_LEDGER_TOPIC.to_owned(),
+            ledger_replication_factor: DEFAULT_LEDGER_REPLICATION_FACTOR,
             properties: BTreeMap::new(),
             transactional_id: None,
         }
@@ -113,6 +122,10 @@ impl KafkaConfig {
             (
                 "kafka.topic_replication_factor",
                 self.topic_replication_factor,
+            ),
+            (
+                "kafka.ledger_replication_factor",
+                self.ledger_replication_factor,
             ),
         ] {
             if n == 0 || n < -1 {

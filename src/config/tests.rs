@@ -36,6 +36,7 @@ const ALL_KEYS: &[&str] = &[
     "kafka.topic_partitions",
     "kafka.topic_replication_factor",
     "kafka.ledger_topic",
+    "kafka.ledger_replication_factor",
     "kafka.transactional_id",
     "routing.topic",
     "routing.value",

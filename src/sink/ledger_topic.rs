@@ -240,7 +240,7 @@ impl LedgerTopic {
         Ok(LedgerTopic {
             topic: kafka.ledger_topic.clone(),
             create: kafka.create_topics,
-            replication_factor: kafka.topic_replication_factor,
+            replication_factor: kafka.ledger_replication_factor,
             admin: Arc::new(admin),
             producer,
             producer_config,

@@ -5,6 +5,7 @@ pub mod events;
 pub mod http;
 pub mod kafka;
 pub mod kafka_acl;
+pub mod kafka_cluster;
 pub mod outboxd;
 pub mod pg;
 pub mod proxy;

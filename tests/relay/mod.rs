@@ -4,6 +4,7 @@
 mod audit;
 mod backfill;
 mod backpressure;
+mod cluster;
 mod column_types;
 mod consumer_inbox;
 mod dead_link;

@@ -22,7 +22,7 @@ use crate::sink::{
     LEDGER_TOPIC_PARTITIONS,
 };
 
-use super::Line;
+use super::{ledger_replicas, Line};
 
 /// One metadata round trip, as the relay's topic manager allows.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -228,10 +228,21 @@ async fn ledger_line(admin: &Arc<AdminClient<DefaultClientContext>>, cfg: &Confi
     let topic = cfg.kafka.ledger_topic.as_str();
     let at = format!("{topic} (kafka.ledger_topic)");
     match inspect_ledger_topic(admin, topic).await {
-        Ok(LedgerTopicState::Compacted { partitions }) => Line::ok(
-            NAME,
-            format!("{at}: exists, compacted, {partitions} partition(s)"),
-        ),
+        Ok(LedgerTopicState::Compacted { partitions }) => {
+            let fine = format!("{at}: exists, compacted, {partitions} partition(s)");
+            let judged = ledger_replicas::replication(admin, topic)
+                .await
+                .map(|r| ledger_replicas::judge(r, cfg.kafka.ledger_replication_factor));
+            match judged {
+                Ok(Ok(None)) => Line::ok(NAME, fine),
+                Ok(Ok(Some(warning))) => Line::warn(NAME, format!("{fine}; {warning}")),
+                Ok(Err(refused)) => Line::fail(NAME, format!("{fine}; {refused}")),
+                Err(unknown) => Line::warn(
+                    NAME,
+                    format!("{fine}; its replication could not be checked: {unknown}"),
+                ),
+            }
+        }
         Ok(LedgerTopicState::NotCompacted { policy }) => Line::fail(
             NAME,
             LedgerTopicError::NotCompacted {
@@ -246,15 +257,17 @@ async fn ledger_line(admin: &Arc<AdminClient<DefaultClientContext>>, cfg: &Confi
             },
         ),
         Ok(LedgerTopicState::Missing) => {
-            let new = new_ledger_topic(topic, cfg.kafka.topic_replication_factor);
+            let new = new_ledger_topic(topic, cfg.kafka.ledger_replication_factor);
             match validate_topic_creation(admin, &new).await {
                 Ok(()) => Line::ok(
                     NAME,
                     format!(
                         "{at}: does not exist yet; the cluster accepts creating it compacted with \
-                         {LEDGER_TOPIC_PARTITIONS} partition(s), replication factor {} \
-                         (validated, not created)",
-                        cfg.kafka.topic_replication_factor
+                         {LEDGER_TOPIC_PARTITIONS} partition(s), {} (validated, not created)",
+                        match cfg.kafka.ledger_replication_factor {
+                            -1 => "the broker's default replication factor".to_owned(),
+                            n => format!("replication factor {n}"),
+                        }
                     ),
                 ),
                 Err(code) => Line::fail(

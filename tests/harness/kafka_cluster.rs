@@ -1,0 +1,353 @@
+//! A real 3-node Apache Kafka cluster (KRaft, combined broker+controller
+//! nodes) for fault tests, run through `scripts/kafka.sh cluster-start`:
+//! replication factor 3 and `min.insync.replicas` 2 for every topic, the
+//! brokers' default session timeout (9 s).
+//!
+//! Start one per test module (a `OnceLock` in the module) and let the
+//! tests take turns: a cluster start takes 15 s and three JVMs. As with the
+//! shared broker, the script's watchdog stops it when the test process
+//! exits. Run as root, each node lives in its own network namespace, so
+//! [`KafkaCluster::cut`] can black-hole one node from everyone.
+//!
+//! All methods block (seconds); from an async test wrap them in
+//! `tokio::task::block_in_place`.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+
+/// The brokers' `broker.session.timeout.ms` (Kafka's default, left alone):
+/// how long a broker that stopped answering still counts as alive.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(9);
+
+pub struct KafkaCluster {
+    dir: tempfile::TempDir,
+    bootstrap: String,
+    nodes: Vec<i32>,
+}
+
+/// (topic, partition) → (leader, replicas, in-sync replicas).
+pub type Layout = BTreeMap<(String, i32), (i32, Vec<i32>, Vec<i32>)>;
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh")
+}
+
+/// Runs `scripts/kafka.sh ARGS`; returns the last line of stdout, panics
+/// with all output on failure.
+fn run_script(args: &[&str]) -> String {
+    let out = Command::new("bash")
+        .arg(script())
+        .args(args)
+        .env("KAFKA_PARENT_PID", std::process::id().to_string())
+        .env("KAFKA_WATCHDOG_RMDIR", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script().display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "scripts/kafka.sh {} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .trim()
+        .lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+impl KafkaCluster {
+    /// Starts three nodes in a fresh temp dir and waits until all are ready.
+    pub fn start() -> KafkaCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("outboxd-kafka-cluster-")
+            .tempdir()
+            .expect("temp dir for the kafka cluster");
+        let bootstrap = run_script(&["cluster-start", dir.path().to_str().unwrap()]);
+        let nodes: Vec<i32> = (1..=bootstrap.split(',').count() as i32).collect();
+        assert_eq!(nodes.len(), 3, "unexpected bootstrap list {bootstrap:?}");
+        let cluster = KafkaCluster {
+            dir,
+            bootstrap,
+            nodes,
+        };
+        cluster.wait_full_isr(Duration::from_secs(60));
+        cluster
+    }
+
+    /// `host:port,host:port,host:port`, for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    pub fn nodes(&self) -> &[i32] {
+        &self.nodes
+    }
+
+    fn node_dir(&self, node: i32) -> PathBuf {
+        self.dir.path().join(format!("node-{node}"))
+    }
+
+    fn node_arg(&self, node: i32) -> String {
+        self.node_dir(node).to_str().unwrap().to_string()
+    }
+
+    /// The node's JVM pid, if it runs.
+    pub fn pid(&self, node: i32) -> Option<u32> {
+        std::fs::read_to_string(self.node_dir(node).join("kafka.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&pid| alive(pid))
+    }
+
+    /// The node's log (every start appended), for failure messages.
+    pub fn log(&self, node: i32) -> String {
+        std::fs::read_to_string(self.node_dir(node).join("kafka.log")).unwrap_or_default()
+    }
+
+    /// SIGTERM: a controlled shutdown (leaders move away first); returns
+    /// once the JVM is gone.
+    pub fn stop(&self, node: i32) {
+        run_script(&["stop", &self.node_arg(node)]);
+    }
+
+    /// SIGKILL: a crash, no controlled shutdown; returns once it is gone.
+    pub fn kill(&self, node: i32) {
+        let Some(pid) = self.pid(node) else { return };
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts a stopped or killed node again on its address and data, and
+    /// waits until it is ready (it may still be catching up: see
+    /// [`wait_full_isr`](Self::wait_full_isr)).
+    pub fn start_node(&self, node: i32) {
+        assert!(self.pid(node).is_none(), "node {node} is running");
+        run_script(&["start", &self.node_arg(node)]);
+    }
+
+    /// From now on every packet to or from the node is dropped: its
+    /// connections stay open, nothing is refused (a dead switch).
+    pub fn cut(&self, node: i32) {
+        run_script(&["cut", &self.node_arg(node)]);
+    }
+
+    pub fn heal(&self, node: i32) {
+        run_script(&["heal", &self.node_arg(node)]);
+    }
+
+    /// Every node running and reachable, every partition with its replicas
+    /// all in sync: the state each test starts from, whatever the previous
+    /// one left behind.
+    pub fn restore(&self) {
+        for &node in &self.nodes {
+            self.heal(node);
+            if self.pid(node).is_none() {
+                self.start_node(node);
+            }
+        }
+        self.wait_full_isr(Duration::from_secs(120));
+    }
+
+    fn admin(&self) -> AdminClient<DefaultClientContext> {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("socket.timeout.ms", "10000")
+            .create()
+            .expect("kafka admin client")
+    }
+
+    /// Every partition of every topic as the metadata says now (internal
+    /// topics included); `None` without an answer.
+    pub fn layout(&self) -> Option<Layout> {
+        let admin = self.admin();
+        let md = admin
+            .inner()
+            .fetch_metadata(None, Duration::from_secs(10))
+            .ok()?;
+        let mut out = Layout::new();
+        for t in md.topics() {
+            if t.error().is_some() {
+                return None;
+            }
+            for p in t.partitions() {
+                out.insert(
+                    (t.name().to_string(), p.id()),
+                    (p.leader(), p.replicas().to_vec(), p.isr().to_vec()),
+                );
+            }
+        }
+        Some(out)
+    }
+
+    /// Waits until every partition has a leader and all its replicas in
+    /// sync; panics after `timeout` with the partitions still short.
+    pub fn wait_full_isr(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let short: Vec<String> = match self.layout() {
+                Some(layout) => layout
+                    .iter()
+                    .filter(|(_, (leader, replicas, isr))| {
+                        *leader < 0 || isr.len() < replicas.len()
+                    })
+                    .map(|((t, p), (leader, replicas, isr))| {
+                        format!("{t}-{p} leader {leader} replicas {replicas:?} isr {isr:?}")
+                    })
+                    .collect(),
+                None => vec!["no metadata".into()],
+            };
+            if short.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ISR not full after {timeout:?}: {short:?}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Creates `name` with the cluster's default replication (3) and
+    /// `config`, and waits until every partition has all its replicas in
+    /// sync.
+    pub fn create_topic(&self, name: &str, partitions: i32, config: &[(&str, &str)]) {
+        let admin = self.admin();
+        let topic = config.iter().fold(
+            NewTopic::new(name, partitions, TopicReplication::Fixed(-1)),
+            |t, (k, v)| t.set(k, v),
+        );
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for r in rt
+            .block_on(admin.create_topics([&topic], &opts))
+            .unwrap_or_else(|e| panic!("create_topics({name}): {e}"))
+        {
+            r.unwrap_or_else(|(t, code)| panic!("create topic {t}: {code:?}"));
+        }
+        self.wait_full_isr(Duration::from_secs(60));
+    }
+
+    /// Partitions each node leads now.
+    pub fn leader_counts(&self) -> BTreeMap<i32, usize> {
+        let mut counts: BTreeMap<i32, usize> = self.nodes.iter().map(|&n| (n, 0)).collect();
+        for (leader, _, _) in self.layout().unwrap_or_default().values() {
+            *counts.entry(*leader).or_default() += 1;
+        }
+        counts
+    }
+
+    /// Runs one of Kafka's command-line tools (`class`, from the jars
+    /// `scripts/kafka.sh tools` fetches) against the cluster; its stdout.
+    pub fn tool(&self, class: &str, args: &[&str]) -> String {
+        let classpath = run_script(&["tools"]);
+        let java = std::env::var("JAVA").unwrap_or_else(|_| "java".into());
+        let out = Command::new(java)
+            .args(["-cp", &classpath, class])
+            .args(["--bootstrap-server", &self.bootstrap])
+            .args(args)
+            .output()
+            .expect("cannot run java");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{class} {} failed ({}):\n{stdout}\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    /// `kafka-leader-election.sh --election-type PREFERRED
+    /// --all-topic-partitions`: every partition led by its first replica
+    /// again.
+    pub fn elect_preferred_leaders(&self) -> String {
+        self.tool(
+            "org.apache.kafka.tools.LeaderElectionCommand",
+            &["--election-type", "PREFERRED", "--all-topic-partitions"],
+        )
+    }
+
+    /// `kafka-reassign-partitions.sh --execute` of `replicas` per (topic,
+    /// partition), then `--verify` until it is complete (or `timeout`).
+    pub fn reassign(&self, replicas: &[((String, i32), Vec<i32>)], timeout: Duration) {
+        let partitions: Vec<String> = replicas
+            .iter()
+            .map(|((t, p), r)| {
+                format!(
+                    "{{\"topic\":\"{t}\",\"partition\":{p},\"replicas\":[{}]}}",
+                    r.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+                )
+            })
+            .collect();
+        let plan = self
+            .dir
+            .path()
+            .join(format!("reassign-{}.json", uuid::Uuid::new_v4().simple()));
+        std::fs::write(
+            &plan,
+            format!(
+                "{{\"version\":1,\"partitions\":[{}]}}",
+                partitions.join(",")
+            ),
+        )
+        .unwrap();
+        let plan = plan.to_str().unwrap();
+        const CLASS: &str = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand";
+        self.tool(CLASS, &["--execute", "--reassignment-json-file", plan]);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let verify = self.tool(CLASS, &["--verify", "--reassignment-json-file", plan]);
+            if !verify.contains("still in progress") {
+                assert!(!verify.contains("failed"), "reassignment failed:\n{verify}");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "reassignment not done after {timeout:?}:\n{verify}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+impl Drop for KafkaCluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(script())
+            .args(["cluster-stop", self.dir.path().to_str().unwrap()])
+            .output();
+    }
+}
+
+/// Exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(
+            stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next()),
+            Some(Some('Z' | 'X'))
+        ),
+        Err(_) => false,
+    }
+}
