@@ -324,6 +324,44 @@ struct Looker {
     last_look: Instant,
 }
 
+/// What a failed look means for the watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failed {
+    /// Look again, on the busy beat.
+    Retry,
+    /// The server is shutting down, or has not answered for too long: the
+    /// watch ends, and its session with it.
+    Lost,
+}
+
+impl Looker {
+    /// Tells of a failed look (once per outage), drops the connection, and
+    /// says whether the watch goes on.
+    fn look_failed(&mut self, e: AdminError) -> Failed {
+        if !self.failing {
+            tracing::warn!(error = %e, "table watch: cannot look at the outbox table; \
+                confirmation waits until PostgreSQL answers again");
+        }
+        self.failing = true;
+        self.conn = None;
+        let shutting_down = match &e {
+            AdminError::Connect { error, .. } | AdminError::Sql { source: error, .. } => error
+                .as_db_error()
+                .is_some_and(|db| SHUTTING_DOWN.contains(&db.code().code())),
+            _ => false,
+        };
+        if shutting_down || self.last_look.elapsed() >= LOST_AFTER.max(self.interval * 3) {
+            self.tx.send_modify(|s| {
+                s.lost = Some(e.to_string());
+                s.looks += 1;
+            });
+            return Failed::Lost;
+        }
+        self.tx.send_modify(|s| s.looks += 1);
+        Failed::Retry
+    }
+}
+
 async fn watch_loop(mut l: Looker) {
     // After a change the ceiling stays where it is; looking goes on only to
     // notice a server going away (see `lost`).
@@ -373,30 +411,10 @@ async fn watch_loop(mut l: Looker) {
         let now = match now {
             Ok(now) => now,
             Err(e) => {
-                // Once per outage, not once per interval.
-                if !l.failing {
-                    tracing::warn!(error = %e, "table watch: cannot look at the outbox table; \
-                        confirmation waits until PostgreSQL answers again");
-                }
-                l.failing = true;
                 busy = true;
-                l.conn = None;
-                let shutting_down = match &e {
-                    AdminError::Connect { error, .. } | AdminError::Sql { source: error, .. } => {
-                        error
-                            .as_db_error()
-                            .is_some_and(|db| SHUTTING_DOWN.contains(&db.code().code()))
-                    }
-                    _ => false,
-                };
-                if shutting_down || l.last_look.elapsed() >= LOST_AFTER.max(l.interval * 3) {
-                    l.tx.send_modify(|s| {
-                        s.lost = Some(e.to_string());
-                        s.looks += 1;
-                    });
+                if l.look_failed(e) == Failed::Lost {
                     return;
                 }
-                l.tx.send_modify(|s| s.looks += 1);
                 continue;
             }
         };
