@@ -14,7 +14,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::config::Config;
-use crate::sink::admin_client_config;
+use crate::sink::config::admin_client_config;
 
 /// One CreateTopics round trip, as the relay's topic manager allows.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
