@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
-use super::{CommitPosition, LedgerEntry, LedgerIdentity, LedgerWriter};
+use super::entry::{LedgerEntry, LedgerIdentity};
+use super::writer::{CommitPosition, LedgerWriter};
 use crate::progress::{AckTracker, DeliveryId};
 use crate::Lsn;
 
