@@ -22,7 +22,7 @@ use crate::sink::{
     LEDGER_TOPIC_PARTITIONS,
 };
 
-use super::Line;
+use super::line::Line;
 
 /// One metadata round trip, as the relay's topic manager allows.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
