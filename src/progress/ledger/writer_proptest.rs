@@ -13,7 +13,7 @@ use proptest::test_runner::FileFailurePersistence;
 
 use super::entry::{LedgerEntry, LedgerIdentity};
 use super::writer::{CommitPosition, LedgerWriter};
-use crate::progress::{AckTracker, DeliveryId};
+use crate::progress::tracker::{AckTracker, DeliveryId};
 use crate::Lsn;
 
 const INTERVAL: Duration = Duration::from_millis(100);
