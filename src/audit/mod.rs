@@ -26,7 +26,10 @@
 
 mod compare;
 mod entries;
+mod error;
+mod exit;
 mod listing;
+mod progress;
 mod records;
 mod report;
 mod rows;
@@ -36,20 +39,15 @@ use std::time::Instant;
 
 use crate::config::{Config, DeliveryMode, OutboxTable};
 use crate::outbox::record::parse_timestamp_ms;
-use crate::outbox::{MappingConfigError, RecordMapper};
-use crate::source::admin::{self, AdminError};
-use crate::source::outbox_rows::{self, Paging, ReadOptions, RowReader, RowsError};
+use crate::outbox::RecordMapper;
+use crate::source::admin;
+use crate::source::outbox_rows::{self, Paging, ReadOptions, RowReader};
 use crate::source::session::SourceSettings;
 
+pub use error::AuditError;
+pub use exit::{EXIT_CANNOT, EXIT_CLEAN, EXIT_FOUND};
+pub use progress::ProgressReporter;
 pub use report::Report;
-
-/// Nothing missing, nothing out of order (and, exactly-once, nothing doubled).
-pub const EXIT_CLEAN: u8 = 0;
-/// Events are missing or out of order (or doubled, exactly-once).
-pub const EXIT_FOUND: u8 = 1;
-/// The audit could not compare: no rows left to compare with (the
-/// insert-then-delete helper), or PostgreSQL or Kafka failed.
-pub const EXIT_CANNOT: u8 = 3;
 
 /// Rows fetched at a time: five times a backfill's, since the audit waits
 /// for no broker between pages. The range is one statement read through a
@@ -75,42 +73,6 @@ pub struct AuditOptions {
     pub keep_all_ids: bool,
     /// Rows fetched at a time.
     pub batch: usize,
-}
-
-/// How far the audit got, told as it goes: the library draws nothing, the
-/// caller shows it (a progress bar on a terminal) or not.
-pub trait ProgressReporter: Clone + Send + 'static {
-    /// Whether anyone looks: a phase's total costs a count, made only then.
-    fn is_visible(&self) -> bool;
-    /// A new phase: `what` counted up to `total` when it is known.
-    fn start_phase(&self, what: &str, total: Option<u64>);
-    /// `n` more done in the phase under way.
-    fn inc(&self, n: u64);
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum AuditError {
-    #[error(transparent)]
-    Connect(#[from] AdminError),
-    /// Reading the table, as for a backfill.
-    #[error(transparent)]
-    Rows(#[from] RowsError),
-    #[error(transparent)]
-    Mapping(#[from] MappingConfigError),
-    #[error("Kafka: {what}: {message}")]
-    Kafka { what: &'static str, message: String },
-    #[error("the audit's temporary files: {0}")]
-    Spill(#[source] std::io::Error),
-    #[error("cannot read the bound {0:?} PostgreSQL printed as a time")]
-    Bound(String),
-    #[error(transparent)]
-    Sink(#[from] crate::sink::SinkError),
-}
-
-impl From<crate::sink::error::SinkConfigError> for AuditError {
-    fn from(e: crate::sink::error::SinkConfigError) -> Self {
-        AuditError::Sink(e.into())
-    }
 }
 
 /// Audits the range of each table in `tables` and returns the report.

@@ -16,8 +16,9 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::entries::RecordEntry;
+use super::error::AuditError;
+use super::progress::ProgressReporter;
 use super::spill::Sorter;
-use super::{AuditError, ProgressReporter};
 use crate::outbox::mapper::ID_HEADER;
 use crate::outbox::BACKFILL_HEADER;
 

@@ -8,9 +8,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::compare::Findings;
+use super::exit::{EXIT_CANNOT, EXIT_CLEAN, EXIT_FOUND};
 use super::listing::{Listing, SHOWN};
 use super::records::RecordCounts;
-use super::{EXIT_CANNOT, EXIT_CLEAN, EXIT_FOUND};
 use crate::config::DeliveryMode;
 
 /// Where the operator reads what to do next.

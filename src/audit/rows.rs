@@ -7,8 +7,9 @@ use std::sync::Arc;
 use tokio_postgres::Client;
 
 use super::entries::{RowEntry, UNMAPPABLE};
+use super::error::AuditError;
+use super::progress::ProgressReporter;
 use super::spill::Sorter;
-use super::{AuditError, ProgressReporter};
 use crate::outbox::RecordMapper;
 use crate::source::outbox_rows::RowReader;
 

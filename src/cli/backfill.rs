@@ -14,22 +14,24 @@
 //!
 //! The slot is not involved: a backfill neither reads nor moves it.
 
+mod error;
+mod mark;
 mod send;
+mod summary;
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::config::{Config, OnError, OutboxTable};
-use crate::outbox::{KafkaRecord, MappingConfigError, OutboxEvent, RecordMapper};
-use crate::sink::SinkError;
-use crate::source::admin::{self, AdminError};
-use crate::source::outbox_rows::{ReadOptions, RowReader, RowsError};
+use crate::outbox::{OutboxEvent, RecordMapper};
+use crate::source::admin;
+use crate::source::outbox_rows::{ReadOptions, RowReader};
 use crate::source::session::SourceSettings;
 
 pub use crate::cli::progress_bar::Progress;
 pub use crate::outbox::BACKFILL_HEADER;
+pub use error::BackfillError;
+pub use summary::Summary;
 
 /// Rows read per page: big enough that the round trips do not matter, small
 /// enough that a page of large payloads stays a few MB.
@@ -51,118 +53,6 @@ pub struct BackfillOptions {
     /// when several are configured (one table per backfill, so each run's
     /// summary and window are about one table).
     pub table: Option<String>,
-}
-
-/// Why a backfill could not start, or stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum BackfillError {
-    #[error(transparent)]
-    Connect(#[from] AdminError),
-    #[error(transparent)]
-    Rows(#[from] RowsError),
-    #[error("{0}")]
-    TableChoice(String),
-    #[error(transparent)]
-    Mapping(#[from] MappingConfigError),
-    #[error(transparent)]
-    Sink(#[from] SinkError),
-}
-
-/// What a backfill did; printed as its last line whatever happened.
-#[derive(Debug, Clone, Default)]
-pub struct Summary {
-    pub dry_run: bool,
-    /// `schema.table`, the time column and the window as PostgreSQL read it.
-    pub table: String,
-    pub time_column: String,
-    pub since: String,
-    pub until: Option<String>,
-    pub read: u64,
-    /// Acked per topic (in a dry run: would be sent).
-    pub published: BTreeMap<String, u64>,
-    /// Rows the mapper refused that went to the dead-letter topic (in a dry
-    /// run: rows the mapper refuses).
-    pub dead_lettered: u64,
-    pub unmappable: u64,
-    /// Records Kafka did not acknowledge.
-    pub failed: u64,
-    pub elapsed: Duration,
-    /// Why the backfill ended before the end of the window.
-    pub stopped: Option<String>,
-}
-
-impl Summary {
-    pub(crate) fn published_total(&self) -> u64 {
-        self.published.values().sum()
-    }
-
-    /// Rows read but neither published, dead-lettered nor failed: the
-    /// backfill stopped before sending them (or, under `on_error = "stop"`,
-    /// the row it stopped at).
-    pub fn not_sent(&self) -> u64 {
-        if self.dry_run {
-            return 0;
-        }
-        self.read
-            .saturating_sub(self.published_total() + self.dead_lettered + self.failed)
-    }
-
-    /// True when every row read reached Kafka (or the dead-letter topic).
-    pub fn complete(&self) -> bool {
-        self.stopped.is_none() && self.failed == 0 && self.not_sent() == 0
-    }
-}
-
-impl fmt::Display for Summary {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let until = self.until.as_deref().unwrap_or("now");
-        write!(
-            f,
-            "{}: {} rows with {} from {} to {}: read {}, ",
-            if self.dry_run {
-                "backfill dry run"
-            } else {
-                "backfill"
-            },
-            self.table,
-            self.time_column,
-            self.since,
-            until,
-            self.read
-        )?;
-        let topics: Vec<String> = self
-            .published
-            .iter()
-            .map(|(t, n)| format!("{t}: {n}"))
-            .collect();
-        let verb = if self.dry_run {
-            "would publish"
-        } else {
-            "published"
-        };
-        write!(
-            f,
-            "{verb} {} ({})",
-            self.published_total(),
-            topics.join(", ")
-        )?;
-        if self.dry_run {
-            write!(f, ", unmappable {}", self.unmappable)?;
-        } else {
-            write!(
-                f,
-                ", dead-lettered {}, failed {}, not sent {}",
-                self.dead_lettered,
-                self.failed,
-                self.not_sent()
-            )?;
-        }
-        write!(f, ", in {:.1}s", self.elapsed.as_secs_f64())?;
-        if let Some(why) = &self.stopped {
-            write!(f, "; stopped: {why}")?;
-        }
-        Ok(())
-    }
 }
 
 /// The table a backfill reads: the one named by `--table` (`schema.name`,
@@ -201,15 +91,6 @@ pub(crate) fn choose_table(cfg: &Config, wanted: Option<&str>) -> Result<OutboxT
             labels()
         )),
     }
-}
-
-/// The record a backfilled event becomes: the relay's, plus the header.
-pub(crate) fn mark(mut record: KafkaRecord) -> KafkaRecord {
-    let value = bytes::Bytes::from_static(b"true");
-    record.size += BACKFILL_HEADER.len() + value.len();
-    let header = (Arc::from(BACKFILL_HEADER), Some(value));
-    record.headers.push(header);
-    record
 }
 
 /// Runs the backfill to its end. `Err` only when it could not start
@@ -329,49 +210,6 @@ fn dry_run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn summary_counts_what_was_not_sent() {
-        let mut s = Summary {
-            table: "public.outbox".into(),
-            time_column: "created_at".into(),
-            since: "2026-12-01 10:00:00+00".into(),
-            read: 10,
-            dead_lettered: 1,
-            failed: 2,
-            ..Summary::default()
-        };
-        s.published.insert("t.order".into(), 3);
-        s.published.insert("t.payment".into(), 2);
-        assert_eq!(s.not_sent(), 2);
-        assert!(!s.complete());
-        assert_eq!(
-            s.to_string(),
-            "backfill: public.outbox rows with created_at from 2026-12-01 10:00:00+00 to now: \
-             read 10, published 5 (t.order: 3, t.payment: 2), dead-lettered 1, failed 2, \
-             not sent 2, in 0.0s"
-        );
-    }
-
-    #[test]
-    fn marked_records_carry_the_header_last() {
-        let r = KafkaRecord {
-            topic: Arc::from("t"),
-            key: None,
-            value: Some(bytes::Bytes::from_static(b"v")),
-            headers: vec![(Arc::from("id"), Some(bytes::Bytes::from_static(b"1")))],
-            timestamp_ms: None,
-            event_id: None,
-            size: 4,
-        };
-        let m = mark(r);
-        assert_eq!(m.headers.len(), 2);
-        assert_eq!(
-            m.header(BACKFILL_HEADER).map(|b| &b[..]),
-            Some(&b"true"[..])
-        );
-        assert_eq!(m.size, 4 + BACKFILL_HEADER.len() + 4);
-    }
 
     #[test]
     fn the_table_is_the_only_one_or_the_one_named() {

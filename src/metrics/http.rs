@@ -10,7 +10,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{export, Health};
+use super::export;
+use super::health::Health;
 
 /// Longest request head read; a probe's is a few hundred bytes.
 const MAX_HEAD: usize = 8 * 1024;

@@ -9,8 +9,10 @@ use serde_json::{json, Value};
 use crate::config::cloudevents::EventFormat;
 use crate::config::outbox::ColumnsConfig;
 use crate::config::routing::RoutingConfig;
+use crate::outbox::error::MappingError;
 use crate::outbox::event::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
-use crate::outbox::{KafkaRecord, MappingError, RecordMapper};
+use crate::outbox::mapper::RecordMapper;
+use crate::outbox::record::KafkaRecord;
 use crate::Lsn;
 
 const TEXT: u32 = 25;

@@ -1187,7 +1187,7 @@ fn table_mappers_map_each_event_by_its_table() {
         |_| None,
     )
     .unwrap();
-    let mut mappers = crate::outbox::TableMappers::new(&cfg.tables()).unwrap();
+    let mut mappers = crate::outbox::tables::TableMappers::new(&cfg.tables()).unwrap();
     let values = [
         Some(EVENT_ID),
         Some("payment"),

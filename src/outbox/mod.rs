@@ -20,6 +20,6 @@ mod trace;
 
 pub(crate) use event::{ColumnInfo, ColumnValue, EventKind, OutboxEvent, Row, TableInfo};
 pub use headers::BACKFILL_HEADER;
-pub(crate) use mapper::{MappingConfigError, MappingError, RecordMapper};
+pub(crate) use mapper::{MappingConfigError, RecordMapper};
 pub(crate) use record::{KafkaRecord, RecordHeader};
 pub(crate) use tables::TableMappers;

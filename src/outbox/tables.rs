@@ -8,8 +8,10 @@ use bytes::Bytes;
 
 use crate::config::OutboxTable;
 use crate::outbox::avro::SchemaSet;
-use crate::outbox::RecordMapper;
-use crate::outbox::{EventKind, KafkaRecord, MappingConfigError, MappingError, OutboxEvent};
+use crate::outbox::error::{MappingConfigError, MappingError};
+use crate::outbox::event::{EventKind, OutboxEvent};
+use crate::outbox::mapper::RecordMapper;
+use crate::outbox::record::KafkaRecord;
 
 #[derive(Debug)]
 struct Entry {

@@ -44,8 +44,6 @@
 pub mod ledger;
 mod tracker;
 
-#[cfg(test)]
-use tracker::TrackerError;
 pub(crate) use tracker::{AckTracker, DeliveryId};
 
 #[cfg(test)]

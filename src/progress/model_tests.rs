@@ -8,7 +8,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
-use super::{AckTracker, DeliveryId, TrackerError};
+use super::tracker::{AckTracker, DeliveryId, TrackerError};
 use crate::Lsn;
 
 #[derive(Clone, Debug)]

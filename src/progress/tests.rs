@@ -1,7 +1,7 @@
 //! One test per rule of the ack tracker; the model-based proptest is in
 //! `model_tests.rs`.
 
-use super::{AckTracker, DeliveryId, TrackerError};
+use super::tracker::{AckTracker, DeliveryId, TrackerError};
 use crate::Lsn;
 
 fn lsn(n: u64) -> Lsn {

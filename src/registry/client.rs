@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::config::SchemaRegistryConfig;
-use crate::registry::RegistryError;
+use crate::registry::error::RegistryError;
 
 /// What Confluent's clients send and the registries answer with.
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json, application/json";

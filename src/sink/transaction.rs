@@ -18,8 +18,10 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
+use super::config::QueueBound;
 use super::delivery::{DeliveryContext, StatsHook};
-use super::{KafkaSink, QueueBound, SinkError};
+use super::error::SinkError;
+use super::producer::KafkaSink;
 use crate::config::KafkaConfig;
 
 /// Error codes that say another producer took this transactional id over

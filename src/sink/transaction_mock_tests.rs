@@ -8,8 +8,11 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::transaction::{abort_now, commit_now, TransactionCall};
-use super::{KafkaSink, QueueBound, TransactionControl, TransactionError};
+use super::config::QueueBound;
+use super::producer::KafkaSink;
+use super::transaction::{
+    abort_now, commit_now, TransactionCall, TransactionControl, TransactionError,
+};
 use crate::config::KafkaConfig;
 
 const NO_HEADERS: &[(&str, Option<&[u8]>)] = &[];
@@ -35,7 +38,7 @@ async fn one_record_open(
     (sink, control)
 }
 
-async fn report_of(sink: &mut KafkaSink) -> crate::sink::DeliveryReport {
+async fn report_of(sink: &mut KafkaSink) -> crate::sink::delivery::DeliveryReport {
     tokio::time::timeout(Duration::from_secs(20), sink.next_report())
         .await
         .expect("no delivery report within 20 s")

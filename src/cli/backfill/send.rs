@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::{mark, BackfillError, Summary};
+use super::error::BackfillError;
+use super::mark::mark;
+use super::summary::Summary;
 use crate::config::Config;
 use crate::outbox::{KafkaRecord, OutboxEvent, RecordMapper};
 use crate::relay::{dead_letter_refused, dead_letter_unmappable};

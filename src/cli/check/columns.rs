@@ -8,8 +8,8 @@ use crate::config::routing::{parse_template, resolve_column, TemplatePart};
 use crate::config::OutboxTable;
 use crate::source::admin::{self, Issue, Target, TypeFit};
 
+use super::line::{Line, Verdict};
 use super::postgres_facts::Facts;
-use super::{Line, Verdict};
 
 /// `(column, setting naming it, role for the type rules)` for every column
 /// the record mapper reads from a row: a missing one fails every event.

@@ -22,7 +22,8 @@ use crate::sink::{
     LEDGER_TOPIC_PARTITIONS,
 };
 
-use super::{ledger_replicas, Line};
+use super::line::Line;
+use crate::sink::probe::ledger_replicas;
 
 /// One metadata round trip, as the relay's topic manager allows.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);

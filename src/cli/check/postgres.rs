@@ -8,8 +8,8 @@ use crate::source::admin::{self, AdminError, Issue, ServerFacts, Target};
 use crate::source::replication;
 use crate::source::session::SourceSettings;
 
+use super::line::{Line, Verdict};
 use super::postgres_facts::{gather, Facts};
-use super::{Line, Verdict};
 
 /// The checks of this half, in output order.
 const NAMES: [&str; 10] = [

@@ -24,7 +24,7 @@ use crate::sink::probe::init_transactions::{
 };
 use crate::sink::{producer_config, QueueBound};
 
-use super::{Line, Verdict};
+use super::line::{Line, Verdict};
 
 /// The check's lines, in order.
 pub(crate) const NAMES: [&str; 4] = [

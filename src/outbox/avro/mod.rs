@@ -8,9 +8,11 @@
 //! Apache Avro project's crate.
 
 mod decimal;
+mod error;
 pub(crate) mod json;
 mod logical;
 mod routes;
+mod schema;
 mod value;
 
 #[cfg(test)]
@@ -18,128 +20,5 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
-use std::fmt;
-
-use apache_avro::schema::{Name, Namespace, Schema};
-
 pub(crate) use routes::{avro_subjects, AvroRoutes, SchemaSet};
-
-/// Confluent's wire format starts every framed value with this byte.
-pub(crate) const MAGIC_BYTE: u8 = 0;
-
-/// A parsed Avro schema with its named types (records, enums, fixed) by
-/// full name, so references to them can be followed.
-#[derive(Debug, Clone)]
-pub(crate) struct AvroSchema {
-    root: Schema,
-    names: HashMap<Name, Schema>,
-}
-
-/// A schema as the registry knows it: what the framed value names (`id`)
-/// and what errors and logs name (`subject`, `version`).
-#[derive(Debug, Clone)]
-pub(crate) struct RegisteredSchema {
-    pub id: u32,
-    pub subject: String,
-    pub version: u32,
-    pub avro: AvroSchema,
-}
-
-/// Why a payload cannot be encoded with a schema.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum EncodeError {
-    /// The payload is not UTF-8 JSON.
-    NotJson(String),
-    /// The payload is JSON that does not fit the schema: at `path` (`$` is
-    /// the payload, `$.order.lines[2]` a part of it) the schema expects
-    /// `expected`, and the payload has something else (`problem`).
-    Mismatch {
-        path: String,
-        expected: String,
-        problem: String,
-    },
-    /// The Avro library refused the value built for the schema (a bug here,
-    /// or a schema feature the mapping does not cover).
-    Encode(String),
-}
-
-impl fmt::Display for EncodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EncodeError::NotJson(reason) => f.write_str(reason),
-            EncodeError::Mismatch {
-                path,
-                expected,
-                problem,
-            } => write!(f, "at {path} the schema expects {expected}: {problem}"),
-            EncodeError::Encode(reason) => write!(f, "cannot encode: {reason}"),
-        }
-    }
-}
-
-impl AvroSchema {
-    /// Parses an Avro schema's JSON text (as the registry serves it).
-    pub(crate) fn parse(text: &str) -> Result<AvroSchema, String> {
-        let root = Schema::parse_str(text).map_err(|e| e.to_string())?;
-        let mut names = HashMap::new();
-        collect_names(&root, &None, &mut names);
-        Ok(AvroSchema { root, names })
-    }
-
-    /// The Avro binary datum of `payload` (JSON text), by the mapping in
-    /// `value`, appended to `out`.
-    pub(crate) fn encode(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
-        let text = std::str::from_utf8(payload)
-            .map_err(|_| EncodeError::NotJson("the payload is not UTF-8 text".into()))?;
-        let json = json::parse(text).map_err(EncodeError::NotJson)?;
-        let value = value::Mapper::new(&self.names).map(&self.root, &None, &json)?;
-        // The crate's public encoder checks the value against the schema
-        // again before writing it; the mapping has made it fit already.
-        let datum = apache_avro::to_avro_datum(&self.root, value)
-            .map_err(|e| EncodeError::Encode(e.to_string()))?;
-        out.extend_from_slice(&datum);
-        Ok(())
-    }
-}
-
-impl RegisteredSchema {
-    /// The framed value: magic byte, schema id, datum.
-    pub(crate) fn encode_framed(&self, payload: &[u8]) -> Result<Vec<u8>, EncodeError> {
-        let mut out = Vec::with_capacity(5 + payload.len());
-        out.push(MAGIC_BYTE);
-        out.extend_from_slice(&self.id.to_be_bytes());
-        self.avro.encode(payload, &mut out)?;
-        Ok(out)
-    }
-}
-
-/// Every named type under `schema`, by full name (a name without a
-/// namespace takes the enclosing one, as the Avro specification says).
-fn collect_names(schema: &Schema, ns: &Namespace, out: &mut HashMap<Name, Schema>) {
-    match schema {
-        Schema::Record(r) => {
-            let full = r.name.fully_qualified_name(ns);
-            let inner = full.namespace.clone();
-            out.insert(full, schema.clone());
-            for f in &r.fields {
-                collect_names(&f.schema, &inner, out);
-            }
-        }
-        Schema::Enum(e) => {
-            out.insert(e.name.fully_qualified_name(ns), schema.clone());
-        }
-        Schema::Fixed(f) => {
-            out.insert(f.name.fully_qualified_name(ns), schema.clone());
-        }
-        Schema::Decimal(d) => collect_names(&d.inner, ns, out),
-        Schema::Array(a) => collect_names(&a.items, ns, out),
-        Schema::Map(m) => collect_names(&m.types, ns, out),
-        Schema::Union(u) => {
-            for s in u.variants() {
-                collect_names(s, ns, out);
-            }
-        }
-        _ => {}
-    }
-}
+pub(crate) use schema::{AvroSchema, RegisteredSchema};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::config::routing::RoutingConfig;
 use crate::config::value_format::{render_fixed_subject, ValueEncoding};
-use crate::outbox::avro::RegisteredSchema;
+use crate::outbox::avro::schema::RegisteredSchema;
 use crate::outbox::error::MappingConfigError;
 
 /// Registered schemas by subject, as fetched for the relay's start.

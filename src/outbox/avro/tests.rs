@@ -1,6 +1,7 @@
 use apache_avro::types::Value;
 use serde_json::json;
 
+use super::error::EncodeError;
 use super::*;
 
 fn schema(s: serde_json::Value) -> AvroSchema {

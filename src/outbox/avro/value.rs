@@ -37,8 +37,9 @@ use apache_avro::schema::{Name, Namespace, RecordSchema, Schema};
 use apache_avro::types::Value;
 use base64::Engine;
 
+use crate::outbox::avro::error::EncodeError;
 use crate::outbox::avro::json::{self, Json};
-use crate::outbox::avro::{decimal, logical, EncodeError};
+use crate::outbox::avro::{decimal, logical};
 
 /// Where the JSON came from: the payload, or a field default in the schema
 /// (which Avro reads by other rules).

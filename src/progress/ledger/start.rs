@@ -19,7 +19,7 @@
 
 use std::fmt;
 
-use super::{format_time_us, AcceptedGap, LedgerEntry, LedgerIdentity};
+use super::entry::{format_time_us, AcceptedGap, LedgerEntry, LedgerIdentity};
 use crate::Lsn;
 
 /// The slot as `pg_replication_slots` shows it.
@@ -301,7 +301,7 @@ pub(crate) fn decide_start(inputs: StartInputs<'_>) -> StartDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::progress::ledger::LEDGER_VERSION;
+    use crate::progress::ledger::entry::LEDGER_VERSION;
 
     const SYSID: &str = "7443001228541284437";
 

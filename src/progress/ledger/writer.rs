@@ -22,7 +22,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::{AcceptedGap, InsideTransaction, LedgerEntry, LedgerIdentity, LEDGER_VERSION};
+use super::entry::{AcceptedGap, InsideTransaction, LedgerEntry, LedgerIdentity, LEDGER_VERSION};
 use crate::Lsn;
 
 /// A transaction's Commit as the writer needs it: end LSN and commit time.

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
-use super::{CommitPosition, LedgerEntry, LedgerIdentity, LedgerWriter};
-use crate::progress::{AckTracker, DeliveryId};
+use super::entry::{LedgerEntry, LedgerIdentity};
+use super::writer::{CommitPosition, LedgerWriter};
+use crate::progress::tracker::{AckTracker, DeliveryId};
 use crate::Lsn;
 
 const INTERVAL: Duration = Duration::from_millis(100);

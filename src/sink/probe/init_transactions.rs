@@ -16,7 +16,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 
 use crate::config::Config;
-use crate::sink::{producer_config, QueueBound};
+use crate::sink::config::{producer_config, QueueBound};
 
 /// The topic Kafka keeps transactions' state in.
 pub(crate) const STATE_LOG: &str = "__transaction_state";

@@ -1,9 +1,11 @@
 //! Questions `outboxd check` asks the Kafka cluster, creating and producing
 //! nothing: may a topic be created, does an idempotent producer get a
-//! producer id (`producer_id`), do transactions work (`init_transactions`).
+//! producer id (`producer_id`), do transactions work (`init_transactions`),
+//! does the ledger topic keep enough copies (`ledger_replicas`).
 //! The answers are facts; `cli::check` turns them into its lines.
 
 pub(crate) mod init_transactions;
+pub(crate) mod ledger_replicas;
 pub(crate) mod producer_id;
 
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::config::Config;
-use crate::sink::admin_client_config;
+use crate::sink::config::admin_client_config;
 
 /// One CreateTopics round trip, as the relay's topic manager allows.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);

@@ -15,8 +15,8 @@ use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
 use crate::config::Config;
-use crate::sink::error::SinkConfigError;
-use crate::sink::{producer_config, QueueBound, SinkError};
+use crate::sink::config::{producer_config, QueueBound};
+use crate::sink::error::{SinkConfigError, SinkError};
 
 /// For the producer id: a reachable cluster answers in well under a second.
 const PRODUCER_ID_TIMEOUT: Duration = Duration::from_secs(10);

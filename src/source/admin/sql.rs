@@ -4,7 +4,7 @@
 use tokio_postgres::config::SslMode as PgSslMode;
 use tokio_postgres::{Client, NoTls};
 
-use super::AdminError;
+use super::error::AdminError;
 use crate::config::conn_params::TargetSessionAttrs;
 use crate::source::replication::tls;
 use crate::source::replication::{ConnParams, SslMode};

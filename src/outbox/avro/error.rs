@@ -1,0 +1,36 @@
+//! Why a payload cannot be encoded with a schema: shared by the schema and
+//! the JSON to Avro mapping.
+
+use std::fmt;
+
+/// Why a payload cannot be encoded with a schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EncodeError {
+    /// The payload is not UTF-8 JSON.
+    NotJson(String),
+    /// The payload is JSON that does not fit the schema: at `path` (`$` is
+    /// the payload, `$.order.lines[2]` a part of it) the schema expects
+    /// `expected`, and the payload has something else (`problem`).
+    Mismatch {
+        path: String,
+        expected: String,
+        problem: String,
+    },
+    /// The Avro library refused the value built for the schema (a bug here,
+    /// or a schema feature the mapping does not cover).
+    Encode(String),
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EncodeError::NotJson(reason) => f.write_str(reason),
+            EncodeError::Mismatch {
+                path,
+                expected,
+                problem,
+            } => write!(f, "at {path} the schema expects {expected}: {problem}"),
+            EncodeError::Encode(reason) => write!(f, "cannot encode: {reason}"),
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! A parsed Avro schema, and a schema as the registry knows it, with the
+//! encoding of a payload into a framed value.
+
+use std::collections::HashMap;
+
+use apache_avro::schema::{Name, Namespace, Schema};
+
+use super::error::EncodeError;
+use super::{json, value};
+
+/// Confluent's wire format starts every framed value with this byte.
+pub(crate) const MAGIC_BYTE: u8 = 0;
+
+/// A parsed Avro schema with its named types (records, enums, fixed) by
+/// full name, so references to them can be followed.
+#[derive(Debug, Clone)]
+pub(crate) struct AvroSchema {
+    pub(super) root: Schema,
+    names: HashMap<Name, Schema>,
+}
+
+/// A schema as the registry knows it: what the framed value names (`id`)
+/// and what errors and logs name (`subject`, `version`).
+#[derive(Debug, Clone)]
+pub(crate) struct RegisteredSchema {
+    pub id: u32,
+    pub subject: String,
+    pub version: u32,
+    pub avro: AvroSchema,
+}
+
+impl AvroSchema {
+    /// Parses an Avro schema's JSON text (as the registry serves it).
+    pub(crate) fn parse(text: &str) -> Result<AvroSchema, String> {
+        let root = Schema::parse_str(text).map_err(|e| e.to_string())?;
+        let mut names = HashMap::new();
+        collect_names(&root, &None, &mut names);
+        Ok(AvroSchema { root, names })
+    }
+
+    /// The Avro binary datum of `payload` (JSON text), by the mapping in
+    /// `value`, appended to `out`.
+    pub(crate) fn encode(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        let text = std::str::from_utf8(payload)
+            .map_err(|_| EncodeError::NotJson("the payload is not UTF-8 text".into()))?;
+        let json = json::parse(text).map_err(EncodeError::NotJson)?;
+        let value = value::Mapper::new(&self.names).map(&self.root, &None, &json)?;
+        // The crate's public encoder checks the value against the schema
+        // again before writing it; the mapping has made it fit already.
+        let datum = apache_avro::to_avro_datum(&self.root, value)
+            .map_err(|e| EncodeError::Encode(e.to_string()))?;
+        out.extend_from_slice(&datum);
+        Ok(())
+    }
+}
+
+impl RegisteredSchema {
+    /// The framed value: magic byte, schema id, datum.
+    pub(crate) fn encode_framed(&self, payload: &[u8]) -> Result<Vec<u8>, EncodeError> {
+        let mut out = Vec::with_capacity(5 + payload.len());
+        out.push(MAGIC_BYTE);
+        out.extend_from_slice(&self.id.to_be_bytes());
+        self.avro.encode(payload, &mut out)?;
+        Ok(out)
+    }
+}
+
+/// Every named type under `schema`, by full name (a name without a
+/// namespace takes the enclosing one, as the Avro specification says).
+fn collect_names(schema: &Schema, ns: &Namespace, out: &mut HashMap<Name, Schema>) {
+    match schema {
+        Schema::Record(r) => {
+            let full = r.name.fully_qualified_name(ns);
+            let inner = full.namespace.clone();
+            out.insert(full, schema.clone());
+            for f in &r.fields {
+                collect_names(&f.schema, &inner, out);
+            }
+        }
+        Schema::Enum(e) => {
+            out.insert(e.name.fully_qualified_name(ns), schema.clone());
+        }
+        Schema::Fixed(f) => {
+            out.insert(f.name.fully_qualified_name(ns), schema.clone());
+        }
+        Schema::Decimal(d) => collect_names(&d.inner, ns, out),
+        Schema::Array(a) => collect_names(&a.items, ns, out),
+        Schema::Map(m) => collect_names(&m.types, ns, out),
+        Schema::Union(u) => {
+            for s in u.variants() {
+                collect_names(s, ns, out);
+            }
+        }
+        _ => {}
+    }
+}

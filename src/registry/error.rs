@@ -1,0 +1,58 @@
+//! Why the registry could not give a schema: shared by the registry's cache
+//! and its HTTP client.
+
+use hyper::StatusCode;
+
+use crate::config::value_format::SchemaVersion;
+
+/// Why the registry could not give a schema.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("{key}: {reason}")]
+    Config { key: &'static str, reason: String },
+    /// Cannot connect, times out, or answers 5xx: worth retrying.
+    #[error("the schema registry at {url} cannot be reached: {reason}")]
+    Unavailable { url: String, reason: String },
+    #[error(
+        "the schema registry at {url} refused the request ({status}): check \
+         schema_registry.username and schema_registry.password"
+    )]
+    Unauthorized { url: String, status: StatusCode },
+    #[error(
+        "subject `{subject}` does not exist in the schema registry at {url} (routing.subject); \
+         register its schema first, e.g.: curl -X POST -H 'Content-Type: \
+         application/vnd.schemaregistry.v1+json' --data '{{\"schema\": \"<the Avro schema as \
+         an escaped JSON string>\"}}' {url}/subjects/{subject}/versions"
+    )]
+    SubjectNotFound { url: String, subject: String },
+    #[error(
+        "subject `{subject}` has no version {version} in the schema registry at {url} \
+         (routing.schema_version)"
+    )]
+    VersionNotFound {
+        url: String,
+        subject: String,
+        version: SchemaVersion,
+    },
+    #[error("subject `{subject}` version {version} (schema id {id}): {reason}")]
+    BadSchema {
+        subject: String,
+        version: u32,
+        id: u32,
+        reason: String,
+    },
+    #[error("the schema registry at {url} answered {status} to {what}: {body}")]
+    Unexpected {
+        url: String,
+        what: String,
+        status: StatusCode,
+        body: String,
+    },
+}
+
+impl RegistryError {
+    /// Worth asking again later (the registry is down or overloaded).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, RegistryError::Unavailable { .. })
+    }
+}
