@@ -2,7 +2,8 @@
 //! time-based values (stall, time since the last event) are exact at scrape
 //! time, and the relay pays nothing for them.
 
-use super::*;
+use super::health::Health;
+use super::names::*;
 
 pub(super) fn refresh(health: &Health) {
     let flag = |b: bool| if b { 1.0 } else { 0.0 };

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use rdkafka::statistics::Statistics;
 
-use super::*;
+use super::health::Health;
+use super::names::*;
 use crate::sink::StatsHook;
 
 /// The callback the relay hands its producer.

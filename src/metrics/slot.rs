@@ -10,7 +10,8 @@ use metrics::Gauge;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
-use super::*;
+use super::health::Health;
+use super::names::*;
 use crate::source::admin::connect_sql;
 use crate::source::replication::ConnParams;
 use crate::Lsn;
