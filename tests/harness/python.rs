@@ -62,32 +62,7 @@ pub fn read_records(mode: Mode, records: &[Record]) -> Vec<Value> {
             "headers": r.headers.iter().map(|(n, v)| json!([n, hex(v)])).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     });
-    let mut child = Command::new(python())
-        .arg(repo().join("tests/python/read_records.py"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run read_records.py");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(request.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "read_records.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let results: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(results.len(), records.len());
-    results
+    run_reader("read_records.py", &request, records.len())
 }
 
 /// What confluent-kafka's `AvroDeserializer` (with a fresh
@@ -100,13 +75,19 @@ pub fn read_avro(registry: &str, topic: &str, records: &[Record]) -> Vec<Value> 
         "topic": topic,
         "values": records.iter().map(|r| r.value.as_deref().map(hex)).collect::<Vec<_>>(),
     });
+    run_reader("read_avro.py", &request, records.len())
+}
+
+/// Runs `tests/python/<script>` on `request` (its stdin, as JSON) and reads
+/// one JSON line per record back: there must be `records` of them.
+fn run_reader(script: &str, request: &Value, records: usize) -> Vec<Value> {
     let mut child = Command::new(python())
-        .arg(repo().join("tests/python/read_avro.py"))
+        .arg(repo().join("tests/python").join(script))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run read_avro.py");
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
     child
         .stdin
         .take()
@@ -116,7 +97,7 @@ pub fn read_avro(registry: &str, topic: &str, records: &[Record]) -> Vec<Value> 
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "read_avro.py failed:\n{}",
+        "{script} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let results: Vec<Value> = String::from_utf8(out.stdout)
@@ -124,6 +105,6 @@ pub fn read_avro(registry: &str, topic: &str, records: &[Record]) -> Vec<Value> 
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(results.len(), records.len());
+    assert_eq!(results.len(), records, "{script}: one answer per record");
     results
 }
