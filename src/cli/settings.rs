@@ -1,6 +1,7 @@
 //! From the configuration file to the settings each component takes, so the
 //! components do not depend on the file format.
 
+use crate::config::postgres::PasswordSource;
 use crate::config::{Config, ConfigError};
 use crate::source::replication::ConnParams;
 use crate::source::session::SourceSettings;
@@ -11,6 +12,9 @@ pub fn source_settings(cfg: &Config) -> Result<SourceSettings, ConfigError> {
         .map_err(|e| ConfigError::invalid("postgres.url", e.to_string()))?;
     if let Some(pw) = cfg.postgres.resolve_password()? {
         conn.password = Some(pw);
+    }
+    if let PasswordSource::File(path) = cfg.postgres.password_source() {
+        conn.password_file = Some(path.to_owned());
     }
     if conn.connect_timeout.is_none() {
         conn.connect_timeout = Some(cfg.postgres.connect_timeout);

@@ -50,6 +50,44 @@ impl SslMode {
     }
 }
 
+/// libpq's `channel_binding`: whether SCRAM must bind the login to the TLS
+/// session (SCRAM-SHA-256-PLUS, `tls-server-end-point`), so a man in the
+/// middle holding another certificate cannot relay the exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChannelBinding {
+    Disable,
+    /// libpq's default: bind when the server offers SCRAM-SHA-256-PLUS.
+    #[default]
+    Prefer,
+    /// Refuse any login that is not SCRAM with channel binding: no TLS, or
+    /// trust, password, md5 or cert authentication, ends the connection
+    /// before a password is sent.
+    Require,
+}
+
+impl std::fmt::Display for ChannelBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ChannelBinding::Disable => "disable",
+            ChannelBinding::Prefer => "prefer",
+            ChannelBinding::Require => "require",
+        })
+    }
+}
+
+impl ChannelBinding {
+    fn parse(s: &str) -> Result<Self, ConnParamsError> {
+        match s {
+            "disable" => Ok(ChannelBinding::Disable),
+            "prefer" => Ok(ChannelBinding::Prefer),
+            "require" => Ok(ChannelBinding::Require),
+            other => Err(ConnParamsError::Invalid(format!(
+                "channel_binding={other:?} is not supported; use disable, prefer or require"
+            ))),
+        }
+    }
+}
+
 /// TCP keepalive probes (libpq's `keepalives*` parameters). The defaults
 /// notice a silent peer on an idle connection within idle + interval *
 /// count = 25 s, where the kernel's own (2 h idle) would take hours.
@@ -101,7 +139,8 @@ impl TargetSessionAttrs {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `Debug` is written by hand: the password must not reach a log line.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConnParams {
     /// The first host of the URL; the one connected to when it is the only one.
     pub host: String,
@@ -112,9 +151,19 @@ pub struct ConnParams {
     pub target_session_attrs: TargetSessionAttrs,
     pub user: String,
     pub password: Option<String>,
+    /// `postgres.password_file`: read again at every connect, so a rotated
+    /// password is used from the next reconnect on. Takes precedence over
+    /// `password`, which then only holds what was read at start.
+    pub password_file: Option<PathBuf>,
     pub dbname: String,
     pub sslmode: SslMode,
     pub sslrootcert: Option<PathBuf>,
+    /// Client certificate (PEM, may hold its chain) for pg_hba.conf's `cert`
+    /// method or `clientcert=verify-full`; always with `sslkey`.
+    pub sslcert: Option<PathBuf>,
+    /// Its private key, PEM (PKCS#8, PKCS#1 or SEC1), not encrypted.
+    pub sslkey: Option<PathBuf>,
+    pub channel_binding: ChannelBinding,
     pub connect_timeout: Option<Duration>,
     pub application_name: String,
     pub keepalive: Keepalive,
@@ -163,10 +212,14 @@ impl ConnParams {
             other_hosts: Vec::new(),
             target_session_attrs: TargetSessionAttrs::default(),
             password: url.password().map(decode),
+            password_file: None,
             user,
             dbname,
             sslmode: SslMode::default(),
             sslrootcert: None,
+            sslcert: None,
+            sslkey: None,
+            channel_binding: ChannelBinding::default(),
             connect_timeout: None,
             application_name: "outboxd".to_string(),
             keepalive: Keepalive::default(),
@@ -182,6 +235,16 @@ impl ConnParams {
             match key.as_ref() {
                 "sslmode" => params.sslmode = SslMode::parse(&value)?,
                 "sslrootcert" => params.sslrootcert = Some(PathBuf::from(value.as_ref())),
+                "sslcert" => params.sslcert = Some(PathBuf::from(value.as_ref())),
+                "sslkey" => params.sslkey = Some(PathBuf::from(value.as_ref())),
+                "sslpassword" => {
+                    return Err(ConnParamsError::Invalid(
+                        "sslpassword is not supported: outboxd reads only unencrypted keys; \
+                         decrypt the key (openssl pkey -in key.pem -out plain.pem) and keep it readable by outboxd alone"
+                            .into(),
+                    ))
+                }
+                "channel_binding" => params.channel_binding = ChannelBinding::parse(&value)?,
                 "connect_timeout" => {
                     let secs: u64 = value.parse().map_err(|_| {
                         ConnParamsError::Invalid(format!("connect_timeout={value:?} is not a whole number of seconds"))
@@ -234,7 +297,8 @@ impl ConnParams {
                 }
                 other => {
                     return Err(ConnParamsError::Invalid(format!(
-                        "unsupported URL parameter {other:?} (supported: sslmode, sslrootcert, connect_timeout, application_name, \
+                        "unsupported URL parameter {other:?} (supported: sslmode, sslrootcert, sslcert, sslkey, \
+                         channel_binding, connect_timeout, application_name, \
                          keepalives, keepalives_idle, keepalives_interval, keepalives_count, tcp_user_timeout, \
                          user, password, dbname, host, port, target_session_attrs)"
                     )))
@@ -244,7 +308,56 @@ impl ConnParams {
         if !hosts.is_empty() || !query_ports.is_empty() {
             params.set_hosts(hosts, &query_ports)?;
         }
+        params.check_tls_settings()?;
         Ok(params)
+    }
+
+    /// Settings that contradict each other are refused at start, not at the
+    /// first connect: a client certificate needs its key (and the key its
+    /// certificate), and binding a login to TLS needs TLS.
+    fn check_tls_settings(&self) -> Result<(), ConnParamsError> {
+        match (&self.sslcert, &self.sslkey) {
+            (Some(_), None) => {
+                return Err(ConnParamsError::Invalid(
+                    "sslcert is set without sslkey: add sslkey=/path/to/client.key".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ConnParamsError::Invalid(
+                    "sslkey is set without sslcert: add sslcert=/path/to/client.crt".into(),
+                ))
+            }
+            _ => {}
+        }
+        if self.sslmode == SslMode::Disable {
+            if self.channel_binding == ChannelBinding::Require {
+                return Err(ConnParamsError::Invalid(
+                    "channel_binding=require needs TLS but sslmode=disable: use sslmode=verify-full (or require)"
+                        .into(),
+                ));
+            }
+            if self.sslcert.is_some() {
+                return Err(ConnParamsError::Invalid(
+                    "sslcert is only sent over TLS but sslmode=disable: use sslmode=verify-full (or require)"
+                        .into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The password for the next login: `password_file` read now when it is
+    /// configured (the rotated one, if it changed), else the one held.
+    pub(crate) fn current_password(&self) -> Result<Option<String>, PasswordFileError> {
+        match &self.password_file {
+            Some(path) => read_password_file(path)
+                .map(Some)
+                .map_err(|source| PasswordFileError {
+                    path: path.clone(),
+                    source,
+                }),
+            None => Ok(self.password.clone()),
+        }
     }
 
     /// Applies the multi-host list: `hosts` from the authority (with their
@@ -309,6 +422,39 @@ impl ConnParams {
         }
         format!("{}@{hosts}/{}", self.user, self.dbname)
     }
+}
+
+impl std::fmt::Debug for ConnParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnParams")
+            .field("server", &self.describe())
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("password_file", &self.password_file)
+            .field("sslmode", &self.sslmode)
+            .field("sslrootcert", &self.sslrootcert)
+            .field("sslcert", &self.sslcert)
+            .field("sslkey", &self.sslkey)
+            .field("channel_binding", &self.channel_binding)
+            .field("target_session_attrs", &self.target_session_attrs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `postgres.password_file` could not be read at a connect.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read postgres.password_file {}: {source}", path.display())]
+pub struct PasswordFileError {
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The password held in `path`. Secret files are usually written with
+/// `echo`, which appends a newline that is not part of the password.
+pub(crate) fn read_password_file(path: &std::path::Path) -> std::io::Result<String> {
+    let text = std::fs::read_to_string(path)?;
+    let pw = text.strip_suffix('\n').unwrap_or(&text);
+    Ok(pw.strip_suffix('\r').unwrap_or(pw).to_owned())
 }
 
 /// A host of a multi-host URL, with the port written next to it if any.
@@ -478,6 +624,76 @@ mod tests {
             assert_eq!(p.candidates(), vec![p.clone()]);
             assert_eq!(p.describe(), "u@h:6543/db");
         }
+    }
+
+    #[test]
+    fn client_certificate_and_channel_binding_parameters() {
+        let p = ConnParams::from_url(
+            "postgresql://u@h/db?sslmode=verify-full&sslrootcert=/ca.crt&sslcert=/c.crt&sslkey=/c.key&channel_binding=require",
+        )
+        .unwrap();
+        assert_eq!(p.sslcert, Some(PathBuf::from("/c.crt")));
+        assert_eq!(p.sslkey, Some(PathBuf::from("/c.key")));
+        assert_eq!(p.channel_binding, ChannelBinding::Require);
+        assert_eq!(
+            ConnParams::from_url("postgresql://u@h/db")
+                .unwrap()
+                .channel_binding,
+            ChannelBinding::Prefer
+        );
+        for (url, needle) in [
+            ("postgresql://u@h/db?sslcert=/c.crt", "without sslkey"),
+            ("postgresql://u@h/db?sslkey=/c.key", "without sslcert"),
+            (
+                "postgresql://u@h/db?sslmode=disable&channel_binding=require",
+                "needs TLS",
+            ),
+            (
+                "postgresql://u@h/db?sslmode=disable&sslcert=/c&sslkey=/k",
+                "only sent over TLS",
+            ),
+            (
+                "postgresql://u@h/db?channel_binding=always",
+                "channel_binding",
+            ),
+            ("postgresql://u@h/db?sslpassword=x", "decrypt the key"),
+        ] {
+            let err = ConnParams::from_url(url).unwrap_err().to_string();
+            assert!(err.contains(needle), "{url}: {err}");
+        }
+    }
+
+    #[test]
+    fn password_file_is_read_at_each_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pw");
+        std::fs::write(&path, "first\n").unwrap();
+        let mut p = ConnParams::from_url("postgresql://u@h/db").unwrap();
+        p.password = Some("first".into());
+        p.password_file = Some(path.clone());
+        assert_eq!(p.current_password().unwrap().as_deref(), Some("first"));
+        std::fs::write(&path, "second\r\n").unwrap();
+        assert_eq!(p.current_password().unwrap().as_deref(), Some("second"));
+        std::fs::remove_file(&path).unwrap();
+        let err = p.current_password().unwrap_err().to_string();
+        assert!(
+            err.contains("postgres.password_file") && err.contains("pw"),
+            "{err}"
+        );
+        p.password_file = None;
+        assert_eq!(p.current_password().unwrap().as_deref(), Some("first"));
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let p = ConnParams::from_url("postgresql://u:hunter2-secret@h/db?password=other-secret")
+            .unwrap();
+        let text = format!("{p:?}");
+        assert!(!text.contains("secret"), "{text}");
+        assert!(
+            text.contains("***") && text.contains("u@h:5432/db"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -99,8 +99,9 @@ impl PostgresConfig {
 
     /// Reads the password from `password_env` or `password_file`. Returns
     /// `None` when the password is in the URL or there is none: the URL parser
-    /// handles the former. Read at startup rather than at parse time so that a
-    /// rotated secret file is picked up on reconnect if the caller re-reads.
+    /// handles the former. Read at start to refuse a missing file at once; the
+    /// connections read `password_file` again at each connect (see
+    /// `ConnParams::current_password`), so a rotated password is picked up.
     pub(crate) fn resolve_password(&self) -> Result<Option<String>, ConfigError> {
         match self.password_source() {
             PasswordSource::Env(name) => std::env::var(name).map(Some).map_err(|_| {
@@ -109,16 +110,12 @@ impl PostgresConfig {
                     format!("environment variable {name} is not set (or not UTF-8); export it or remove postgres.password_env"),
                 )
             }),
-            PasswordSource::File(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            PasswordSource::File(path) => crate::config::conn_params::read_password_file(path)
+                .map(Some)
+                .map_err(|source| ConfigError::Io {
                     path: path.to_owned(),
                     source,
-                })?;
-                // Secret files are usually written with `echo`, which appends
-                // a newline that is not part of the password.
-                let pw = text.strip_suffix('\n').unwrap_or(&text);
-                Ok(Some(pw.strip_suffix('\r').unwrap_or(pw).to_owned()))
-            }
+                }),
             PasswordSource::Url | PasswordSource::None => Ok(None),
         }
     }

@@ -120,3 +120,14 @@ fn caret_points_at_the_error_on_the_masked_line() {
     let caret = lines[quoted + 1].find('^').unwrap();
     assert_eq!(&lines[quoted][caret..caret + 1], "x", "{e}");
 }
+
+#[test]
+fn client_key_password_parameter_is_masked_and_file_paths_are_kept() {
+    // outboxd refuses sslpassword, but a line holding one must not quote it.
+    let e = error(
+        "[postgres]\nurl = \"postgresql://app@db/app?sslcert=/etc/c.crt&sslkey=/etc/c.key&sslpassword=k3ypass&channel_binding=require\n",
+        &[],
+    );
+    assert!(!e.contains("k3ypass"), "{e}");
+    assert!(e.contains("sslkey=/etc/c.key"), "{e}");
+}

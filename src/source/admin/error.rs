@@ -16,6 +16,18 @@ pub enum AdminError {
         server: String,
         error: tokio_postgres::Error,
     },
+    /// The server logged the SQL connection in without SCRAM channel binding
+    /// (no TLS, or a trust, password, md5 or cert method).
+    #[error(
+        "cannot connect to PostgreSQL at {server}: channel_binding=require in postgres.url, but the server \
+         did not use SCRAM-SHA-256-PLUS (no TLS, pg_hba.conf gives this user trust, password, md5 or cert, \
+         or the server's certificate is signed with an algorithm tls-server-end-point defines no hash for, \
+         such as Ed25519): set scram-sha-256 on a hostssl line, or drop channel_binding=require"
+    )]
+    ChannelBindingRefused { server: String },
+    /// postgres.password_file could not be read at a connect.
+    #[error("{0}")]
+    PasswordFile(String),
     #[error("connecting to PostgreSQL at {server} timed out after {seconds}s (postgres.connect_timeout)")]
     ConnectTimeout { server: String, seconds: u64 },
     /// Every host answered read-only while postgres.url asks for

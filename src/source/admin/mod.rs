@@ -5,6 +5,7 @@
 mod error;
 mod inspect;
 mod sql;
+mod sql_tls;
 mod target;
 mod watch;
 

@@ -1,11 +1,12 @@
 //! The ordinary SQL connection (tokio-postgres), configured from the same
 //! [`ConnParams`] and TLS settings as the walsender connection.
 
-use tokio_postgres::config::SslMode as PgSslMode;
+use tokio_postgres::config::{ChannelBinding as PgChannelBinding, SslMode as PgSslMode};
 use tokio_postgres::{Client, NoTls};
 
 use super::error::AdminError;
-use crate::config::conn_params::TargetSessionAttrs;
+use super::sql_tls::MakeRustlsConnect;
+use crate::config::conn_params::{ChannelBinding, TargetSessionAttrs};
 use crate::source::replication::tls;
 use crate::source::replication::{ConnParams, SslMode};
 
@@ -82,9 +83,19 @@ async fn connect_sql_inner(params: &ConnParams) -> Result<Client, AdminError> {
         .user(&params.user)
         .dbname(&params.dbname)
         .application_name(format!("{}-sql", params.application_name));
-    if let Some(pw) = &params.password {
+    // Read at every connect: a rotated password_file is used from the next
+    // reconnect on.
+    if let Some(pw) = params
+        .current_password()
+        .map_err(|e| AdminError::PasswordFile(e.to_string()))?
+    {
         cfg.password(pw);
     }
+    cfg.channel_binding(match params.channel_binding {
+        ChannelBinding::Disable => PgChannelBinding::Disable,
+        ChannelBinding::Prefer => PgChannelBinding::Prefer,
+        ChannelBinding::Require => PgChannelBinding::Require,
+    });
     if let Some(t) = params.connect_timeout {
         cfg.connect_timeout(t);
     }
@@ -101,9 +112,21 @@ async fn connect_sql_inner(params: &ConnParams) -> Result<Client, AdminError> {
     if let Some(t) = params.tcp_user_timeout {
         cfg.tcp_user_timeout(t);
     }
-    let connect_err = |error| AdminError::Connect {
-        server: params.describe(),
-        error,
+    let connect_err = |error: tokio_postgres::Error| {
+        // tokio-postgres says only "server did not use channel binding".
+        if params.channel_binding == ChannelBinding::Require
+            && error.as_db_error().is_none()
+            && std::error::Error::source(&error)
+                .is_some_and(|cause| cause.to_string().contains("channel binding"))
+        {
+            return AdminError::ChannelBindingRefused {
+                server: params.describe(),
+            };
+        }
+        AdminError::Connect {
+            server: params.describe(),
+            error,
+        }
     };
     let client = match tls::client_config(params)? {
         None => {
@@ -112,7 +135,7 @@ async fn connect_sql_inner(params: &ConnParams) -> Result<Client, AdminError> {
             client
         }
         Some(config) => {
-            let tls = tokio_postgres_rustls::MakeRustlsConnect::new((*config).clone());
+            let tls = MakeRustlsConnect::new(config);
             let (client, conn) = cfg.connect(tls).await.map_err(connect_err)?;
             tokio::spawn(conn);
             client

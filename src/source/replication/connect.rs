@@ -1,28 +1,22 @@
 //! Startup and authentication of a `replication=database` connection:
-//! TCP, optional TLS (SSLRequest), StartupMessage, then trust, cleartext, MD5
-//! or SCRAM-SHA-256, until ReadyForQuery.
+//! TCP, optional TLS (SSLRequest, with a client certificate when configured),
+//! StartupMessage, then trust, cleartext, MD5 or SCRAM-SHA-256 (-PLUS, bound
+//! to the TLS session, as libpq's `channel_binding` asks), until ReadyForQuery.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use postgres_protocol::authentication::md5_hash;
-use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_postgres::error::SqlState;
 
+use super::auth::{authenticate, TlsBinding};
+use super::channel_binding::server_end_point;
 use super::error::{ReplicationError, ServerError};
 use super::framed::{Frame, FramedConnection, Socket};
 use super::tls;
 use crate::config::conn_params::{ConnParams, SslMode, TargetSessionAttrs};
-
-/// Refusals of the login itself: a wrong password, or pg_hba.conf.
-const AUTH_SQLSTATES: [SqlState; 2] = [
-    SqlState::INVALID_PASSWORD,
-    SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
-];
 
 /// An authenticated walsender connection, ready for replication commands.
 pub struct WalConnection {
@@ -98,9 +92,33 @@ async fn connect_inner(
         .map_err(io_err)?;
     tcp.set_nodelay(true).map_err(io_err)?;
     tune_socket(&tcp, params).map_err(io_err)?;
-    let socket = negotiate_tls(tcp, params, &server).await?;
-    let mut framed = FramedConnection::new(socket, server);
+    let (socket, binding) = negotiate_tls(tcp, params, &server).await?;
+    let framed = FramedConnection::new(socket, server);
+    log_in(framed, params, &binding)
+        .await
+        .map_err(|e| refused_certificate(e, params))
+}
 
+/// A server's refusal of the client certificate arrives after the TLS 1.3
+/// handshake, at the first read: a setting to fix, not a network problem.
+fn refused_certificate(e: ReplicationError, params: &ConnParams) -> ReplicationError {
+    match e {
+        ReplicationError::Io { server, source } => match tls::certificate_problem(&source) {
+            Some(problem) => ReplicationError::Tls {
+                server,
+                reason: format!("{problem} (sslmode={})", params.sslmode),
+            },
+            None => ReplicationError::Io { server, source },
+        },
+        other => other,
+    }
+}
+
+async fn log_in(
+    mut framed: FramedConnection,
+    params: &ConnParams,
+    binding: &TlsBinding,
+) -> Result<WalConnection, ReplicationError> {
     let startup = [
         ("user", params.user.as_str()),
         ("database", params.dbname.as_str()),
@@ -111,7 +129,7 @@ async fn connect_inner(
     frontend::startup_message(startup.iter().copied(), &mut framed.write_buf)
         .map_err(|e| framed.protocol_err(e.to_string()))?;
     framed.flush().await?;
-    authenticate(&mut framed, params).await?;
+    authenticate(&mut framed, params, binding).await?;
 
     let mut server_params = HashMap::new();
     loop {
@@ -158,9 +176,9 @@ async fn negotiate_tls(
     mut tcp: TcpStream,
     params: &ConnParams,
     server: &str,
-) -> Result<Box<dyn Socket>, ReplicationError> {
+) -> Result<(Box<dyn Socket>, TlsBinding), ReplicationError> {
     let Some(config) = tls::client_config(params)? else {
-        return Ok(Box::new(tcp));
+        return Ok((Box::new(tcp), TlsBinding::Plain));
     };
     let io_err = |source| ReplicationError::Io {
         server: server.to_string(),
@@ -172,7 +190,7 @@ async fn negotiate_tls(
     let answer = tcp.read_u8().await.map_err(io_err)?;
     match answer {
         b'S' => {}
-        b'N' if params.sslmode == SslMode::Prefer => return Ok(Box::new(tcp)),
+        b'N' if params.sslmode == SslMode::Prefer => return Ok((Box::new(tcp), TlsBinding::Plain)),
         b'N' => {
             return Err(ReplicationError::Tls {
                 server: server.to_string(),
@@ -212,85 +230,19 @@ async fn negotiate_tls(
             None => io_err(e),
         }
     })?;
-    Ok(Box::new(stream))
-}
-
-async fn authenticate(
-    framed: &mut FramedConnection,
-    params: &ConnParams,
-) -> Result<(), ReplicationError> {
-    let auth_err = |reason: String| ReplicationError::Auth {
-        user: params.user.clone(),
-        server: format!("{}:{}", params.host, params.port),
-        reason,
+    let binding = match stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+    {
+        Some(cert) => match server_end_point(cert) {
+            Ok(hash) => TlsBinding::EndPoint(hash),
+            Err(e) => TlsBinding::Unavailable(e.to_string()),
+        },
+        None => TlsBinding::Unavailable("the server sent no certificate".into()),
     };
-    let password = || {
-        params.password.as_deref().ok_or_else(|| {
-            auth_err(
-                "the server requires a password and none is configured: put it in postgres.url, \
-                 or name it with postgres.password_env or postgres.password_file"
-                    .into(),
-            )
-        })
-    };
-    let mut scram: Option<ScramSha256> = None;
-    loop {
-        let msg = match framed.read_frame().await? {
-            Frame::Other(msg) => msg,
-            _ => return Err(framed.protocol_err("unexpected copy frame during authentication")),
-        };
-        match msg {
-            Message::AuthenticationOk => return Ok(()),
-            Message::AuthenticationCleartextPassword => {
-                frontend::password_message(password()?.as_bytes(), &mut framed.write_buf)
-                    .map_err(|e| framed.protocol_err(e.to_string()))?;
-            }
-            Message::AuthenticationMd5Password(body) => {
-                let hash = md5_hash(params.user.as_bytes(), password()?.as_bytes(), body.salt());
-                frontend::password_message(hash.as_bytes(), &mut framed.write_buf)
-                    .map_err(|e| framed.protocol_err(e.to_string()))?;
-            }
-            Message::AuthenticationSasl(body) => {
-                let mut offers_scram = false;
-                let mut mechanisms = body.mechanisms();
-                while let Ok(Some(m)) = fallible_iterator::FallibleIterator::next(&mut mechanisms) {
-                    offers_scram |= m == SCRAM_SHA_256;
-                }
-                if !offers_scram {
-                    return Err(auth_err("the server offers no SASL mechanism outboxd supports (SCRAM-SHA-256)".into()));
-                }
-                // Channel binding is optional in PostgreSQL; without it the
-                // exchange is still mutually authenticated by SCRAM itself.
-                let s = ScramSha256::new(password()?.as_bytes(), ChannelBinding::unsupported());
-                frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut framed.write_buf)
-                    .map_err(|e| framed.protocol_err(e.to_string()))?;
-                scram = Some(s);
-            }
-            Message::AuthenticationSaslContinue(body) => {
-                let s = scram.as_mut().ok_or_else(|| framed.protocol_err("SASL continue without start"))?;
-                s.update(body.data()).map_err(|e| auth_err(format!("SCRAM exchange failed: {e}")))?;
-                frontend::sasl_response(s.message(), &mut framed.write_buf)
-                    .map_err(|e| framed.protocol_err(e.to_string()))?;
-            }
-            Message::AuthenticationSaslFinal(body) => {
-                let mut s = scram.take().ok_or_else(|| framed.protocol_err("SASL final without start"))?;
-                s.finish(body.data())
-                    .map_err(|e| auth_err(format!("the server's SCRAM signature is invalid: {e}")))?;
-                continue;
-            }
-            Message::ErrorResponse(body) => {
-                let error = ServerError::from_body(&body);
-                return Err(if AUTH_SQLSTATES.contains(&error.sqlstate()) {
-                    auth_err(error.to_string())
-                } else {
-                    framed.server_err(error)
-                });
-            }
-            Message::NoticeResponse(_) => continue,
-            _ => return Err(auth_err("the server asked for an authentication method outboxd does not support (use scram-sha-256, md5, password or trust)".into())),
-        }
-        framed.flush().await?;
-    }
+    Ok((Box::new(stream), binding))
 }
 
 #[cfg(test)]

@@ -1,10 +1,13 @@
 //! Our walsender connection, built on postgres-protocol's codecs because
 //! tokio-postgres has no replication mode.
 //!
-//! One file per flow: `connect` (startup, TLS, auth), `framed` (cancel-safe
-//! frames), `commands` (IDENTIFY_SYSTEM, START_REPLICATION), `stream`
-//! (receive, status updates), `protocol` (the pure CopyData sub-protocol).
+//! One file per flow: `connect` (startup, TLS), `auth` (the login, with
+//! `channel_binding` for SCRAM-SHA-256-PLUS), `framed` (cancel-safe frames),
+//! `commands` (IDENTIFY_SYSTEM, START_REPLICATION), `stream` (receive,
+//! status updates), `protocol` (the pure CopyData sub-protocol).
 
+mod auth;
+pub(crate) mod channel_binding;
 pub(crate) mod commands;
 pub mod connect;
 pub(crate) mod error;

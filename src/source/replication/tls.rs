@@ -11,7 +11,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
@@ -26,6 +26,13 @@ pub enum TlsConfigError {
     MissingRootCert { mode: &'static str },
     #[error("cannot read sslrootcert {path}: {reason}")]
     RootCert { path: String, reason: String },
+    /// The reason never quotes the file: it may be the private key.
+    #[error("cannot use the client certificate (sslcert={cert}, sslkey={key} in postgres.url): {reason}")]
+    ClientCert {
+        cert: String,
+        key: String,
+        reason: String,
+    },
     #[error("TLS setup failed: {0}")]
     Rustls(#[from] rustls::Error),
     #[error("TLS verifier setup failed: {0}")]
@@ -68,15 +75,27 @@ pub(crate) fn client_config(
             }
         }
     };
-    let config = builder
+    let builder = builder
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(verifier);
+    let config = match (&params.sslcert, &params.sslkey) {
+        (Some(cert), Some(key)) => {
+            let (chain, private) = load_client_identity(cert, key)?;
+            builder
+                .with_client_auth_cert(chain, private)
+                .map_err(|e| client_cert_err(cert, key, e.to_string()))?
+        }
+        _ => builder.with_no_client_auth(),
+    };
     Ok(Some(Arc::new(config)))
 }
 
-/// Why the server's certificate was refused, when `err` or an error in its
-/// source chain is a rustls certificate error; with what to fix.
+/// Why a certificate was refused, when `err` or an error in its source
+/// chain is a rustls certificate error (the server's certificate) or a
+/// server's alert refusing ours; with what to fix.
+///
+/// Under TLS 1.3 the server judges the client certificate after the client
+/// has finished its handshake, so its alert surfaces at the first read.
 ///
 /// `io::Error::source` skips the error it wraps, so each io::Error in the
 /// chain is opened with `get_ref` as well.
@@ -88,13 +107,37 @@ pub(crate) fn certificate_problem(err: &(dyn std::error::Error + 'static)) -> Op
             .and_then(|io| io.get_ref())
             .map(|i| i as &(dyn std::error::Error + 'static));
         for candidate in [Some(e), inner].into_iter().flatten() {
-            if let Some(rustls::Error::InvalidCertificate(c)) = candidate.downcast_ref() {
-                return Some(describe_certificate_error(c));
+            match candidate.downcast_ref() {
+                Some(rustls::Error::InvalidCertificate(c)) => {
+                    return Some(describe_certificate_error(c))
+                }
+                Some(rustls::Error::AlertReceived(alert)) if refuses_client_cert(*alert) => {
+                    return Some(format!(
+                        "the server refused this client's certificate (TLS alert {alert:?}): check sslcert \
+                         and sslkey in postgres.url, and that the server's ssl_ca_file holds the CA that signed it"
+                    ))
+                }
+                _ => {}
             }
         }
         next = e.source();
     }
     None
+}
+
+/// Alerts a server sends when it does not accept the client certificate.
+fn refuses_client_cert(alert: rustls::AlertDescription) -> bool {
+    use rustls::AlertDescription as A;
+    matches!(
+        alert,
+        A::BadCertificate
+            | A::UnsupportedCertificate
+            | A::CertificateRevoked
+            | A::CertificateExpired
+            | A::CertificateUnknown
+            | A::UnknownCA
+            | A::CertificateRequired
+    )
 }
 
 fn describe_certificate_error(e: &CertificateError) -> String {
@@ -123,6 +166,52 @@ fn describe_certificate_error(e: &CertificateError) -> String {
 pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, TlsConfigError> {
     ServerName::try_from(host.to_string())
         .map_err(|e| TlsConfigError::Verifier(format!("host {host:?}: {e}")))
+}
+
+fn client_cert_err(cert: &Path, key: &Path, reason: String) -> TlsConfigError {
+    TlsConfigError::ClientCert {
+        cert: cert.display().to_string(),
+        key: key.display().to_string(),
+        reason,
+    }
+}
+
+/// The client certificate chain and its key, read at each connect so a
+/// renewed certificate is used from the next reconnect on.
+fn load_client_identity(
+    cert: &Path,
+    key: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsConfigError> {
+    let err = |reason: String| client_cert_err(cert, key, reason);
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| err(format!("sslcert: {e}")))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| err(format!("sslcert: {e}")))?;
+    if chain.is_empty() {
+        return Err(err("sslcert holds no PEM certificate".into()));
+    }
+    // Only the kind of failure is reported: pem errors never echo the
+    // file's bytes, and nothing else of the key is put in the message.
+    let private = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        err(format!(
+            "sslkey: {} (an unencrypted PEM key is needed: PKCS#8, PKCS#1 or SEC1)",
+            pem_error_kind(&e)
+        ))
+    })?;
+    Ok((chain, private))
+}
+
+fn pem_error_kind(e: &rustls::pki_types::pem::Error) -> String {
+    use rustls::pki_types::pem::Error as Pem;
+    match e {
+        Pem::Io(io) => io.to_string(),
+        Pem::NoItemsFound => "no private key found in the file".into(),
+        Pem::MissingSectionEnd { .. } | Pem::IllegalSectionStart { .. } => {
+            "the PEM framing is broken".into()
+        }
+        Pem::Base64Decode(_) => "the PEM body is not valid base64".into(),
+        _ => "not a readable PEM key".into(),
+    }
 }
 
 fn load_roots(path: &Path) -> Result<RootCertStore, TlsConfigError> {
@@ -255,5 +344,38 @@ mod tests {
         );
         let plain = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
         assert_eq!(certificate_problem(&plain), None);
+        let alert = rustls::Error::AlertReceived(rustls::AlertDescription::UnknownCA);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, alert);
+        let text = certificate_problem(&io).expect("found");
+        assert!(
+            text.contains("UnknownCA") && text.contains("sslcert"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_broken_key_is_named_never_quoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("client.key");
+        let cert = dir.path().join("client.crt");
+        // The line after a broken section start is what pem errors quote.
+        std::fs::write(&key, "-----BEGIN PRIVATE KEY\nS3CRET-KEY-MATERIAL\n").unwrap();
+        std::fs::write(&cert, include_str!("channel_binding_test_cert.pem")).unwrap();
+        let err = load_client_identity(&cert, &key).expect_err("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("sslkey") && text.contains("client.key"),
+            "{text}"
+        );
+        assert!(!text.contains("S3CRET"), "{text}");
+        std::fs::write(
+            &key,
+            "-----BEGIN PRIVATE KEY-----\nS3CRET!!!\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let text = load_client_identity(&cert, &key)
+            .expect_err("refused")
+            .to_string();
+        assert!(!text.contains("S3CRET"), "{text}");
     }
 }
