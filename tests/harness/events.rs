@@ -498,8 +498,13 @@ pub fn acked_positions(dir: &Path) -> HashMap<String, Vec<(i32, i64)>> {
 
 /// PostgreSQL's text for each payload (jsonb normalises spacing), by id.
 pub fn payload_texts(pg: &PgCluster) -> HashMap<String, String> {
+    payload_texts_in(pg, "app")
+}
+
+/// [`payload_texts`] of database `db`.
+pub fn payload_texts_in(pg: &PgCluster, db: &str) -> HashMap<String, String> {
     // The rows are kept in the table (no delete) so their text can be read.
-    pg.psql("app", "SELECT id || E'\\t' || payload::text FROM outbox")
+    pg.psql(db, "SELECT id || E'\\t' || payload::text FROM outbox")
         .lines()
         .filter_map(|l| l.split_once('\t'))
         .map(|(id, p)| (id.to_string(), p.to_string()))

@@ -8,6 +8,7 @@ pub mod kafka_acl;
 pub mod kafka_cluster;
 pub mod outboxd;
 pub mod pg;
+pub mod pg_tls;
 pub mod proxy;
 pub mod python;
 pub mod registry;

@@ -88,13 +88,21 @@ impl Relay {
     /// Like [`start_with_env`](Self::start_with_env), with extra arguments
     /// to `outboxd run` (e.g. `--accept-gap`).
     pub fn start_with(env: &Env, vars: &[(&str, &str)], args: &[&str]) -> Relay {
-        let log = env
-            .dir
-            .path()
-            .join(format!("relay-{}.log", uuid::Uuid::new_v4()));
+        Relay::start_config(&env.config, env.dir.path(), vars, args)
+    }
+
+    /// `outboxd run --config config`, its log in `log_dir`: for a test
+    /// whose cluster is not an [`Env`]'s (one shared by a module).
+    pub fn start_config(
+        config: &Path,
+        log_dir: &Path,
+        vars: &[(&str, &str)],
+        args: &[&str],
+    ) -> Relay {
+        let log = log_dir.join(format!("relay-{}.log", uuid::Uuid::new_v4()));
         let child = Command::new(bin())
             .args(["run", "--config"])
-            .arg(&env.config)
+            .arg(config)
             .args(args)
             // The per-event trail lets a failed read-back say whether the
             // relay sent a missing event and where Kafka said it put it.

@@ -20,6 +20,7 @@ mod memory;
 mod names;
 mod partitioned;
 mod pg_restart;
+mod pg_secure;
 mod poison;
 mod slot_loss;
 mod slow_commits;
