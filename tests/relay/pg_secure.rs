@@ -449,3 +449,96 @@ async fn rotated_password_file_is_used_after_the_connections_are_cut() {
     .unwrap();
     assert!(connect(&old).await.is_err());
 }
+
+/// `outboxd check` and `tail` (debug logging) as operators run them:
+/// stdout and stderr together, and the exit code.
+fn outboxd(sub: &str, config: &Path) -> (Option<i32>, String) {
+    let mut cmd = std::process::Command::new(crate::harness::outboxd::bin());
+    cmd.arg(sub).arg("--config").arg(config);
+    if sub == "tail" {
+        cmd.args(["--limit", "0"]);
+    }
+    let out = cmd
+        .env("OUTBOXD_LOG", "debug")
+        .output()
+        .expect("run outboxd");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+#[test]
+fn no_password_or_key_in_check_or_tail_output() {
+    const QUIET: &str = "quiet-Pw-e5d0";
+    const WRONG: &str = "wrong-Quiet-Pw-22b8";
+    let pg = cluster();
+    pg.create_role("quiet_user", QUIET, "REPLICATION SUPERUSER");
+    app_database(pg, "quiet_app", "pgquiet");
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("pg-password");
+
+    let url = secure_url(
+        pg,
+        "quiet_user",
+        None,
+        "quiet_app",
+        &[("channel_binding", "require")],
+    );
+    let config = relay_config(
+        dir.path(),
+        &url,
+        "pgquiet",
+        &format!("password_file = \"{}\"", secret.display()),
+    );
+    replace_file(&secret, &format!("{QUIET}\n"));
+    for sub in ["check", "tail"] {
+        let (code, text) = outboxd(sub, &config);
+        assert!(!text.contains(QUIET), "{sub} printed the password");
+        assert!(!text.contains("authentication failed"), "{sub}: {text}");
+        if sub == "tail" {
+            assert_eq!(code, Some(0), "{text}");
+        }
+    }
+    replace_file(&secret, &format!("{WRONG}\n"));
+    for sub in ["check", "tail"] {
+        let (code, text) = outboxd(sub, &config);
+        assert_ne!(code, Some(0), "{sub} passed with a wrong password: {text}");
+        assert!(
+            text.contains("password authentication failed"),
+            "{sub}: {text}"
+        );
+        assert!(!text.contains(WRONG), "{sub} printed the password");
+    }
+
+    let (crt, key) = client_cert(pg, "cert_user", Issuer::ServerCa, dir.path());
+    let (crt, key) = (crt.display().to_string(), key.display().to_string());
+    let url = secure_url(
+        pg,
+        "cert_user",
+        None,
+        "quiet_app",
+        &[("sslcert", crt.as_str()), ("sslkey", key.as_str())],
+    );
+    let config = relay_config(dir.path(), &url, "pgquiet", "");
+    let key_lines: Vec<String> = std::fs::read_to_string(&key)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .map(str::to_owned)
+        .collect();
+    for sub in ["check", "tail"] {
+        let (code, text) = outboxd(sub, &config);
+        for line in &key_lines {
+            assert!(
+                !text.contains(line.as_str()),
+                "{sub} printed a line of the private key"
+            );
+        }
+        if sub == "tail" {
+            assert_eq!(code, Some(0), "{text}");
+        }
+    }
+}
