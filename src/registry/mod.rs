@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use crate::config::value_format::SchemaVersion;
 use crate::config::{OutboxTable, SchemaRegistryConfig};
-use crate::metrics::SCHEMA_REGISTRY_REQUESTS;
+use crate::metrics::{SCHEMA_CACHE_ENTRIES, SCHEMA_REGISTRY_REQUESTS};
 use crate::outbox::avro::{avro_subjects, AvroSchema, RegisteredSchema, SchemaSet};
 
 pub use error::RegistryError;
@@ -164,6 +164,7 @@ impl SchemaRegistry {
         self.by_id.insert(found.id, schema.clone());
         self.by_version
             .insert((found.subject.clone(), found.version), schema.clone());
+        metrics::gauge!(SCHEMA_CACHE_ENTRIES).set(self.by_id.len() as f64);
         Ok(schema)
     }
 
@@ -190,6 +191,19 @@ impl SchemaRegistry {
         }
         Ok(set)
     }
+}
+
+/// The subjects of the routes that follow `routing.schema_version =
+/// "latest"`: read again for a newer version while the relay runs.
+pub(crate) fn latest_subjects(tables: &[OutboxTable]) -> Vec<String> {
+    let mut subjects: Vec<String> = tables
+        .iter()
+        .filter(|t| t.routing.schema_version == SchemaVersion::Latest)
+        .flat_map(|t| avro_subjects(&t.routing))
+        .collect();
+    subjects.sort();
+    subjects.dedup();
+    subjects
 }
 
 fn count(outcome: &'static str) {

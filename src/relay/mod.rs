@@ -17,6 +17,7 @@
 mod dead_letter;
 mod error;
 mod ledger;
+mod mapping;
 mod schemas;
 mod session;
 mod settings;
@@ -32,6 +33,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::config::RelayConfig;
+use crate::outbox::TableMappers;
+use crate::registry::latest_subjects;
 use crate::source::admin::AdminError;
 use crate::source::error::SourceError;
 use crate::source::replication::error::Disposition;
@@ -43,6 +46,7 @@ pub use settings::RelaySettings;
 pub(crate) use dead_letter::{
     from_record as dead_letter_refused, from_unmappable as dead_letter_unmappable,
 };
+use mapping::{LiveSchemas, RelayMapper};
 use session::SessionEnd;
 use state::RelayState;
 use telemetry::{ReconnectCause, RelayEvent, RelayTelemetry};
@@ -75,11 +79,26 @@ pub async fn run(
         let _ = stop_tx.send(true);
     });
     // Before the first session: the mappers are built with the schemas.
-    let Some(schemas) = schemas::fetch(&settings, &stop).await? else {
+    let Some(fetched) = schemas::fetch(&settings, &stop).await? else {
         return Ok(());
     };
     let telemetry = RelayTelemetry::new(&settings.health);
-    let mut state = RelayState::new(&settings, &schemas, stop)?;
+    let tables = TableMappers::with_schemas(&settings.config.tables(), &fetched.schemas)?;
+    // Dropped when the relay returns, which stops it.
+    let mut _refresh = None;
+    let live = fetched.registry.map(|registry| {
+        let (found, updates) = watch::channel(Vec::new());
+        _refresh = Some(schemas::Refresh::start(&settings, &registry, found));
+        LiveSchemas {
+            registry,
+            latest: latest_subjects(&settings.config.tables())
+                .into_iter()
+                .collect(),
+            updates,
+            health: settings.health.clone(),
+        }
+    });
+    let mut state = RelayState::new(RelayMapper::new(tables, live), stop);
     state.tell_start(&settings, &telemetry);
     let relay = settings.config.relay.clone();
     let mut retries = Retries::new(&relay);

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::routing::RoutingConfig;
-use crate::config::value_format::{render_fixed_subject, ValueEncoding};
+use crate::config::value_format::{render_fixed_subject, SchemaVersion, ValueEncoding};
 use crate::outbox::avro::schema::RegisteredSchema;
 use crate::outbox::error::MappingConfigError;
 
@@ -43,6 +43,9 @@ pub(crate) fn avro_subjects(routing: &RoutingConfig) -> Vec<String> {
 #[derive(Debug)]
 pub(crate) struct AvroRoutes {
     by_topic: Vec<(Box<str>, Arc<RegisteredSchema>)>,
+    /// `routing.schema_version = "latest"`: a newer version replaces the
+    /// schema (see [`AvroRoutes::use_latest`]).
+    latest: bool,
 }
 
 impl AvroRoutes {
@@ -71,7 +74,27 @@ impl AvroRoutes {
                 Ok((Box::from(topic), schema.clone()))
             })
             .collect::<Result<Vec<_>, MappingConfigError>>()?;
-        Ok(Some(AvroRoutes { by_topic }))
+        Ok(Some(AvroRoutes {
+            by_topic,
+            latest: routing.schema_version == SchemaVersion::Latest,
+        }))
+    }
+
+    /// A version of one of its subjects the registry now calls `latest`:
+    /// from now on it encodes that subject's events, unless the version is
+    /// pinned. Whether anything changed.
+    pub(crate) fn use_latest(&mut self, schema: &Arc<RegisteredSchema>) -> bool {
+        if !self.latest {
+            return false;
+        }
+        let mut changed = false;
+        for (_, s) in &mut self.by_topic {
+            if s.subject == schema.subject && s.id != schema.id {
+                *s = schema.clone();
+                changed = true;
+            }
+        }
+        changed
     }
 
     /// The schema of events sent to `topic`.
