@@ -333,6 +333,12 @@ impl Health {
         if let Some(holder) = self.standby() {
             return Err(format!("standby: {holder}"));
         }
+        // Before the connections: a session the registry ended leaves
+        // PostgreSQL disconnected until the reconnect, and the registry is
+        // the cause worth naming.
+        if let Some(cause) = &*self.lock_registry() {
+            return Err(format!("schema registry unavailable: {cause}"));
+        }
         if !self.postgres_connected() {
             return Err(
                 match &*self
@@ -347,9 +353,6 @@ impl Health {
         }
         if !self.kafka_connected() {
             return Err("not connected to Kafka (no acknowledgement or broker connection since the last failure)".into());
-        }
-        if let Some(cause) = &*self.lock_registry() {
-            return Err(format!("schema registry unavailable: {cause}"));
         }
         let stall = self.stall();
         if stall > self.stall_threshold {

@@ -168,6 +168,59 @@ impl SchemaRegistry {
         Ok(schema)
     }
 
+    /// A compatibility level (`BACKWARD`, `NONE`, ...): the subject's own,
+    /// or the registry's global one with `None`. `Ok(None)` when the
+    /// subject has no level of its own (Confluent's 40408), so the global
+    /// one applies.
+    pub(crate) async fn compatibility(
+        &mut self,
+        subject: Option<&str>,
+    ) -> Result<Option<String>, RegistryError> {
+        let path = match subject {
+            Some(s) => format!("/config/{}", utf8_percent_encode(s, PATH_SEGMENT)),
+            None => "/config".to_owned(),
+        };
+        let answer = self
+            .http
+            .get(&path)
+            .await
+            .inspect_err(|_| count("unavailable"))?;
+        match answer.status {
+            StatusCode::OK => {
+                count("ok");
+                let body: serde_json::Value =
+                    serde_json::from_slice(&answer.body).unwrap_or_default();
+                // Confluent answers `compatibilityLevel`; some registries
+                // `compatibility`.
+                Ok(body["compatibilityLevel"]
+                    .as_str()
+                    .or_else(|| body["compatibility"].as_str())
+                    .map(str::to_owned))
+            }
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                count("unauthorized");
+                Err(RegistryError::Unauthorized {
+                    url: answer.url,
+                    status: answer.status,
+                })
+            }
+            StatusCode::NOT_FOUND if subject.is_some() => {
+                count("not_found");
+                Ok(None)
+            }
+            status => {
+                count("error");
+                Err(RegistryError::Unexpected {
+                    url: answer.url,
+                    what: format!("GET {path}"),
+                    status,
+                    body: String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+                        .into_owned(),
+                })
+            }
+        }
+    }
+
     /// The schemas every table's routing names, fetched now (for the relay's
     /// start); empty when no table uses a registry value format.
     pub(crate) async fn schemas_for(

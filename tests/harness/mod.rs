@@ -11,6 +11,7 @@ pub mod pg;
 pub mod proxy;
 pub mod python;
 pub mod registry;
+pub mod registry_auth;
 pub mod relay;
 pub mod standby;
 pub mod wait;

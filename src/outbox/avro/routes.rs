@@ -105,3 +105,46 @@ impl AvroRoutes {
             .map(|(_, s)| &**s)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::avro::AvroSchema;
+
+    fn registered(id: u32, version: u32) -> Arc<RegisteredSchema> {
+        Arc::new(RegisteredSchema {
+            id,
+            subject: "orders-value".into(),
+            version,
+            avro: AvroSchema::parse(r#""long""#).unwrap(),
+        })
+    }
+
+    fn routes(version: SchemaVersion) -> AvroRoutes {
+        let routing = RoutingConfig {
+            topic: "orders".into(),
+            value_format: ValueEncoding::Avro,
+            schema_version: version,
+            ..RoutingConfig::default()
+        };
+        let schemas = SchemaSet::from([("orders-value".to_owned(), registered(7, 1))]);
+        AvroRoutes::new(&routing, &schemas).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_newer_latest_version_replaces_the_schema_unless_pinned() {
+        let mut latest = routes(SchemaVersion::Latest);
+        assert!(!latest.use_latest(&registered(7, 1)), "the same id");
+        assert!(latest.use_latest(&registered(9, 2)));
+        assert_eq!(latest.schema_for("orders").unwrap().id, 9);
+        let other = Arc::new(RegisteredSchema {
+            subject: "payments-value".into(),
+            ..(*registered(11, 1)).clone()
+        });
+        assert!(!latest.use_latest(&other), "another subject");
+
+        let mut pinned = routes(SchemaVersion::Number(1));
+        assert!(!pinned.use_latest(&registered(9, 2)));
+        assert_eq!(pinned.schema_for("orders").unwrap().id, 7);
+    }
+}
