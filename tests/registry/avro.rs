@@ -331,11 +331,17 @@ fn a_row_that_does_not_fit_its_schema_goes_to_the_dead_letter_topic() {
     let reg = registry();
     let slot = "regavrodlq";
     let dlq = format!("{slot}.dlq");
-    // A first URL that refuses connections: the next one is tried.
+    let port = free_port();
+    // A first URL that refuses connections: the next one is tried. No
+    // periodic refresh: the only request after the start is the re-read.
     let (e, topic) = avro_env_at(
         slot,
         &format!("http://127.0.0.1:{}, {}", free_port(), reg.url()),
-        &format!("[relay]\non_error = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n"),
+        &format!(
+            "refresh_interval = \"0s\"\n\
+             [relay]\non_error = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n\
+             [metrics]\nlisten = \"127.0.0.1:{port}\"\n"
+        ),
     );
     reg.register_avro(&format!("{topic}-value"), &order_schema());
     let relay = Relay::start(&e);
@@ -358,6 +364,23 @@ fn a_row_that_does_not_fit_its_schema_goes_to_the_dead_letter_topic() {
     let row: Value = serde_json::from_str(dead[0].value_str().unwrap()).unwrap();
     let payload: Value = serde_json::from_str(row["payload"].as_str().unwrap()).unwrap();
     assert_eq!(payload["seq"], "two");
+    // The subject (at `latest`) was read once more before the row was given
+    // up on, and the failure counted by subject and reason.
+    let scrape = Scrape::take(port);
+    assert_eq!(
+        scrape.value("outboxd_schema_registry_requests_total", "outcome=\"ok\""),
+        2.0
+    );
+    let failures = scrape.series("outboxd_value_encode_failures_total");
+    assert!(
+        failures.len() == 1
+            && failures[0]
+                .0
+                .contains(&format!("subject=\"{topic}-value\""))
+            && failures[0].0.contains("reason=\"mismatch\"")
+            && failures[0].1 == 1.0,
+        "{failures:?}"
+    );
 }
 
 #[test]
