@@ -133,3 +133,7 @@ impl Deref for RelayMapper {
         &self.tables
     }
 }
+
+#[cfg(test)]
+#[path = "mapping_tests.rs"]
+mod tests;
