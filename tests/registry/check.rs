@@ -11,10 +11,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::avro::{avro_env, avro_env_at, order, order_schema};
+use crate::harness::http::free_port;
 use crate::harness::outboxd::bin;
 use crate::harness::registry::shared as registry;
 use crate::harness::registry_auth::AuthGate;
-use crate::harness::relay::{Env, Relay};
+use crate::harness::relay::{edit_config, Env, Relay};
 
 fn check(e: &Env, args: &[&str], vars: &[(&str, &str)]) -> (Output, String) {
     let out = Command::new(bin())
@@ -191,4 +192,30 @@ fn a_wrong_registry_password_stops_the_relay_naming_the_setting_and_is_never_sho
     );
     assert!(!line(&text, "ok", "schema").is_empty(), "{text}");
     assert!(!text.contains("the-right-one"), "{text}");
+
+    // A subject that does not exist: the check names it, with the curl
+    // that registers a schema.
+    edit_config(
+        &e,
+        "value_format = \"avro\"",
+        "value_format = \"avro\"\nsubject = \"no-such-subject\"",
+    );
+    let (_, text) = check(&e, &[], &[("REGISTRY_PASSWORD", "the-right-one")]);
+    let missing = line(&text, "FAIL", "schema").join("\n");
+    assert!(
+        missing.contains("subject `no-such-subject` does not exist")
+            && missing.contains("curl -X POST"),
+        "{text}"
+    );
+
+    // No registry at the URL: the check says it cannot be reached.
+    edit_config(&e, gate.url(), &format!("http://127.0.0.1:{}", free_port()));
+    let (_, text) = check(&e, &[], &[("REGISTRY_PASSWORD", "the-right-one")]);
+    assert!(
+        line(&text, "FAIL", "registry")
+            .join("\n")
+            .contains("cannot be reached"),
+        "{text}"
+    );
+    assert!(line(&text, "skip", "schema").len() == 1, "{text}");
 }
