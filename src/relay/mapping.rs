@@ -17,12 +17,13 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::schemas::{LatestSchemas, SharedRegistry};
+use super::schemas::{Fetched, LatestSchemas, Refresh, SharedRegistry};
+use super::settings::RelaySettings;
 use crate::config::value_format::SchemaVersion;
 use crate::metrics::{Health, ENCODE_FAILURES};
-use crate::outbox::mapper::MappingError;
+use crate::outbox::mapper::{MappingConfigError, MappingError};
 use crate::outbox::{KafkaRecord, OutboxEvent, TableMappers};
-use crate::registry::RegistryError;
+use crate::registry::{latest_subjects, RegistryError};
 
 /// The tables' mappers, and what keeps their schemas current.
 pub(crate) struct RelayMapper {
@@ -41,6 +42,28 @@ pub(super) struct LiveSchemas {
 }
 
 impl RelayMapper {
+    /// The tables' mappers with the schemas fetched at start, and the task
+    /// that reads the `latest` subjects again (stopped when dropped).
+    pub(super) fn start(
+        settings: &RelaySettings,
+        fetched: Fetched,
+    ) -> Result<(RelayMapper, Refresh), MappingConfigError> {
+        let tables = settings.config.tables();
+        let mappers = TableMappers::with_schemas(&tables, &fetched.schemas)?;
+        let Some(registry) = fetched.registry else {
+            return Ok((RelayMapper::new(mappers, None), Refresh::none()));
+        };
+        let (found, updates) = watch::channel(Vec::new());
+        let refresh = Refresh::start(settings, &registry, found);
+        let live = LiveSchemas {
+            registry,
+            latest: latest_subjects(&tables).into_iter().collect(),
+            updates,
+            health: settings.health.clone(),
+        };
+        Ok((RelayMapper::new(mappers, Some(live)), refresh))
+    }
+
     pub(super) fn new(tables: TableMappers, live: Option<LiveSchemas>) -> RelayMapper {
         RelayMapper { tables, live }
     }

@@ -33,8 +33,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::config::RelayConfig;
-use crate::outbox::TableMappers;
-use crate::registry::latest_subjects;
 use crate::source::admin::AdminError;
 use crate::source::error::SourceError;
 use crate::source::replication::error::Disposition;
@@ -46,7 +44,7 @@ pub use settings::RelaySettings;
 pub(crate) use dead_letter::{
     from_record as dead_letter_refused, from_unmappable as dead_letter_unmappable,
 };
-use mapping::{LiveSchemas, RelayMapper};
+use mapping::RelayMapper;
 use session::SessionEnd;
 use state::RelayState;
 use telemetry::{ReconnectCause, RelayEvent, RelayTelemetry};
@@ -83,22 +81,9 @@ pub async fn run(
         return Ok(());
     };
     let telemetry = RelayTelemetry::new(&settings.health);
-    let tables = TableMappers::with_schemas(&settings.config.tables(), &fetched.schemas)?;
-    // Dropped when the relay returns, which stops it.
-    let mut _refresh = None;
-    let live = fetched.registry.map(|registry| {
-        let (found, updates) = watch::channel(Vec::new());
-        _refresh = Some(schemas::Refresh::start(&settings, &registry, found));
-        LiveSchemas {
-            registry,
-            latest: latest_subjects(&settings.config.tables())
-                .into_iter()
-                .collect(),
-            updates,
-            health: settings.health.clone(),
-        }
-    });
-    let mut state = RelayState::new(RelayMapper::new(tables, live), stop);
+    // The refresh task stops when `_refresh` is dropped, as the relay returns.
+    let (mapper, _refresh) = RelayMapper::start(&settings, fetched)?;
+    let mut state = RelayState::new(mapper, stop);
     state.tell_start(&settings, &telemetry);
     let relay = settings.config.relay.clone();
     let mut retries = Retries::new(&relay);

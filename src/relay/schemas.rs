@@ -85,6 +85,11 @@ pub(super) struct Refresh {
 }
 
 impl Refresh {
+    /// No task: no table follows a `latest` subject of a registry.
+    pub(super) fn none() -> Refresh {
+        Refresh { task: None }
+    }
+
     /// Starts reading the `latest` subjects of `settings`' tables every
     /// `schema_registry.refresh_interval` (none: no task), telling what it
     /// finds on `found`.
