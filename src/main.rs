@@ -145,6 +145,11 @@ enum Command {
         /// variables supply every required key; they win over the file.
         #[arg(long, short, env = "OUTBOXD_CONFIG")]
         config: Option<PathBuf>,
+        /// Also map and encode the newest N rows of each outbox table as
+        /// `run` would (with the registry's schemas), sending nothing, and
+        /// list the rows that would fail.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        sample: Option<u32>,
     },
     /// Ask the running relay's /readyz at `[metrics] listen` of the same
     /// configuration (the container image's HEALTHCHECK).
@@ -359,8 +364,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Command::Check { config } = &cli.command {
-        return ExitCode::from(rt.block_on(check::run(config.as_deref(), &mut std::io::stdout())));
+    if let Command::Check { config, sample } = &cli.command {
+        return ExitCode::from(rt.block_on(check::run_sampled(
+            config.as_deref(),
+            sample.map(|n| n as usize),
+            &mut std::io::stdout(),
+        )));
     }
     if let Command::Audit {
         config,

@@ -12,6 +12,7 @@ mod kafka;
 mod line;
 mod postgres;
 mod postgres_facts;
+mod registry;
 mod transactions;
 
 use std::io::Write;
@@ -91,6 +92,13 @@ impl Report<'_> {
 /// Runs every check against the configuration at `path`, printing to `out`;
 /// returns the process exit code ([`EXIT_OK`], [`EXIT_FAIL`], [`EXIT_CONFIG`]).
 pub async fn run(path: Option<&Path>, out: &mut dyn Write) -> u8 {
+    run_sampled(path, None, out).await
+}
+
+/// As [`run`], and with `sample = Some(n)` the newest `n` rows of each
+/// outbox table are encoded as the relay would (nothing is sent); the rows
+/// that would fail are listed.
+pub async fn run_sampled(path: Option<&Path>, sample: Option<usize>, out: &mut dyn Write) -> u8 {
     let mut report = Report {
         out,
         lines: Vec::new(),
@@ -141,10 +149,16 @@ pub async fn run(path: Option<&Path>, out: &mut dyn Write) -> u8 {
 
     // Kafka runs meanwhile: an unreachable cluster takes its full metadata
     // timeout, PostgreSQL usually answers at once.
+    let config_ok = for_relay.is_ok();
     let kafka = for_relay
         .ok()
         .and(cfg.kafka.brokers.clone())
         .map(|brokers| tokio::spawn(kafka::check(brokers, cfg.clone())));
+    let sample_conn = source.as_ref().ok().map(|s| {
+        let mut conn = s.conn.clone();
+        conn.application_name = APPLICATION_NAME.into();
+        conn
+    });
     let (pg_lines, ledger_identity) = match source {
         Ok(mut s) => {
             s.conn.application_name = APPLICATION_NAME.into();
@@ -186,6 +200,30 @@ pub async fn run(path: Option<&Path>, out: &mut dyn Write) -> u8 {
                 transactions::check(brokers, cfg.clone(), id).await
             }
             _ => transactions::skipped("Kafka is not usable (see kafka)"),
+        };
+        for line in lines {
+            report.add(line);
+        }
+    }
+    let schemas = if config_ok {
+        let (lines, schemas) = registry::check(&cfg).await;
+        for line in lines {
+            report.add(line);
+        }
+        schemas
+    } else {
+        None
+    };
+    if let Some(n) = sample {
+        let lines = match (schemas, sample_conn) {
+            (Some(schemas), Some(conn)) => match crate::source::admin::connect_sql(&conn).await {
+                Ok(client) => registry::sample(&client, &cfg.tables(), &schemas, n).await,
+                Err(e) => vec![Line::skip("sample", &format!("PostgreSQL: {e}"))],
+            },
+            _ => vec![Line::skip(
+                "sample",
+                "the configuration or the registry is not usable (see above)",
+            )],
         };
         for line in lines {
             report.add(line);

@@ -15,6 +15,12 @@ use crate::config::units::de_duration;
 /// that a dead one is noticed before the relay's own timeouts matter.
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How often the `latest` subjects are asked for a newer version: a new
+/// version is in use within this long, at one request per subject per
+/// interval (nothing per event). Confluent's serializers cache `latest` for
+/// about as long when told to use it.
+pub(crate) const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(30);
+
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SchemaRegistryConfig {
@@ -30,6 +36,11 @@ pub struct SchemaRegistryConfig {
     pub ca_file: Option<PathBuf>,
     #[serde(deserialize_with = "de_duration")]
     pub request_timeout: Duration,
+    /// How often subjects used at `routing.schema_version = "latest"` are
+    /// read again for a newer version; "0s" = only when a payload does not
+    /// fit.
+    #[serde(deserialize_with = "de_duration")]
+    pub refresh_interval: Duration,
 }
 
 impl Default for SchemaRegistryConfig {
@@ -40,6 +51,7 @@ impl Default for SchemaRegistryConfig {
             password: None,
             ca_file: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            refresh_interval: DEFAULT_REFRESH_INTERVAL,
         }
     }
 }
@@ -53,6 +65,7 @@ impl fmt::Debug for SchemaRegistryConfig {
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("ca_file", &self.ca_file)
             .field("request_timeout", &self.request_timeout)
+            .field("refresh_interval", &self.refresh_interval)
             .finish()
     }
 }

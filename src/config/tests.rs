@@ -58,6 +58,7 @@ const ALL_KEYS: &[&str] = &[
     "schema_registry.password",
     "schema_registry.ca_file",
     "schema_registry.request_timeout",
+    "schema_registry.refresh_interval",
     "relay.max_in_flight_events",
     "relay.max_in_flight_bytes",
     "relay.on_error",

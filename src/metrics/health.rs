@@ -53,6 +53,8 @@ pub struct Health {
     postgres_cause: Mutex<Option<String>>,
     /// Standing by: who holds the slot (`slot "x" is active on PID n`).
     standby: Mutex<Option<String>>,
+    /// Why the schema registry's last request failed, until one succeeds.
+    registry_cause: Mutex<Option<String>>,
     /// Start of the open outage per side, for the "ended after" line.
     outages: Mutex<[Option<Instant>; 2]>,
     in_flight: AtomicU64,
@@ -91,6 +93,7 @@ impl Health {
             gap: Mutex::new(None),
             postgres_cause: Mutex::new(None),
             standby: Mutex::new(None),
+            registry_cause: Mutex::new(None),
             outages: Mutex::new([None, None]),
             in_flight: AtomicU64::new(0),
             confirmed: AtomicU64::new(0),
@@ -218,6 +221,30 @@ impl Health {
         }
     }
 
+    /// The schema registry answered (after failing: the outage is over).
+    pub(crate) fn registry_up(&self) {
+        if let Some(cause) = self.lock_registry().take() {
+            tracing::info!(%cause, "the schema registry answers again");
+        }
+    }
+
+    /// The schema registry cannot be reached or answers 5xx: not ready
+    /// until it answers again, since a new schema version, or a payload
+    /// that needs one, waits for it.
+    pub(crate) fn registry_down(&self, cause: &str) {
+        let mut slot = self.lock_registry();
+        if slot.is_none() {
+            tracing::warn!(%cause, "schema registry outage started");
+        }
+        *slot = Some(cause.replace('\n', " "));
+    }
+
+    fn lock_registry(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.registry_cause
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A gap in the relayed WAL (see `progress::ledger`): not ready, with
     /// the recovery, until it is accepted.
     pub(crate) fn set_gap(&self, gap: Option<String>) {
@@ -305,6 +332,12 @@ impl Health {
         }
         if let Some(holder) = self.standby() {
             return Err(format!("standby: {holder}"));
+        }
+        // Before the connections: a session the registry ended leaves
+        // PostgreSQL disconnected until the reconnect, and the registry is
+        // the cause worth naming.
+        if let Some(cause) = &*self.lock_registry() {
+            return Err(format!("schema registry unavailable: {cause}"));
         }
         if !self.postgres_connected() {
             return Err(
@@ -425,6 +458,22 @@ mod tests {
         h.set_halted(Some("poison\nevent".into()));
         assert_eq!(h.readiness().unwrap_err(), "halted: poison event");
         h.set_halted(None);
+        h.readiness().unwrap();
+    }
+
+    #[test]
+    fn readiness_names_the_registry_until_it_answers_again() {
+        let h = health();
+        h.postgres_up();
+        h.kafka_up();
+        h.registry_down("the schema registry at http://r:8081/ cannot be reached: refused");
+        let reason = h.readiness().unwrap_err();
+        assert!(
+            reason
+                .starts_with("schema registry unavailable: the schema registry at http://r:8081/"),
+            "{reason}"
+        );
+        h.registry_up();
         h.readiness().unwrap();
     }
 

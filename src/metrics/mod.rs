@@ -118,6 +118,14 @@ fn describe() {
         SCHEMA_REGISTRY_REQUESTS,
         "Requests to the schema registry, by outcome"
     );
+    describe_gauge!(
+        SCHEMA_CACHE_ENTRIES,
+        "Schemas held from the schema registry, by id"
+    );
+    describe_counter!(
+        ENCODE_FAILURES,
+        "Payloads that do not fit their registered schema, by subject and reason"
+    );
     describe_counter!(TRANSACTIONS, "Committed transactions read from the slot");
     describe_counter!(
         KAFKA_TRANSACTIONS,

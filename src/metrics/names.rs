@@ -103,6 +103,12 @@ pub(crate) const KAFKA_OUTBOUND_QUEUE_BYTES: &str = "outboxd_kafka_outbound_queu
 /// `unauthorized`, `error` (another answer) or `unavailable` (no answer,
 /// or 5xx) (counter). Flat while events flow: schemas are cached.
 pub(crate) const SCHEMA_REGISTRY_REQUESTS: &str = "outboxd_schema_registry_requests_total";
+/// Schemas the relay holds from the registry, by id (gauge).
+pub(crate) const SCHEMA_CACHE_ENTRIES: &str = "outboxd_schema_registry_cached_schemas";
+/// Payloads that could not be encoded with their schema, after the one
+/// re-read of a `latest` subject, by `subject` (the route) and `reason`
+/// (`not_json`, `mismatch`, `encode`) (counter).
+pub(crate) const ENCODE_FAILURES: &str = "outboxd_value_encode_failures_total";
 /// Always 1, labelled with the version (gauge).
 pub(crate) const BUILD_INFO: &str = "outboxd_build_info";
 

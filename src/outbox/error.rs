@@ -115,6 +115,8 @@ pub(crate) enum MappingError {
         subject: String,
         version: u32,
         reason: String,
+        /// `not_json`, `mismatch` or `encode` (a metric label).
+        kind: &'static str,
     },
 
     /// The event cannot be a CloudEvent (routing.format = "cloudevents-*").

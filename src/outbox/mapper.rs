@@ -31,7 +31,7 @@ use bytes::Bytes;
 
 use crate::config::outbox::ColumnsConfig;
 use crate::config::routing::{RoutingConfig, ValueFormat};
-use crate::outbox::avro::{AvroRoutes, SchemaSet};
+use crate::outbox::avro::{AvroRoutes, RegisteredSchema, SchemaSet};
 use crate::outbox::bytea;
 use crate::outbox::cloudevents::{Attributes, CloudEventsPlan};
 use crate::outbox::envelope::{write_envelope, EnvelopeFields};
@@ -101,6 +101,15 @@ impl RecordMapper {
             layout: None,
             state: State::default(),
         })
+    }
+
+    /// A new `latest` version of a subject (see `AvroRoutes::use_latest`);
+    /// whether it replaced a schema.
+    pub(crate) fn use_latest(&mut self, schema: &Arc<RegisteredSchema>) -> bool {
+        self.plan
+            .avro
+            .as_mut()
+            .is_some_and(|routes| routes.use_latest(schema))
     }
 
     /// The record for one event, or why the event cannot be relayed.
@@ -510,6 +519,7 @@ fn encode_avro(
             subject: schema.subject.clone(),
             version: schema.version,
             reason: e.to_string(),
+            kind: e.kind(),
         })
 }
 

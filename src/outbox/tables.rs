@@ -4,10 +4,12 @@
 //! a logical decoding message to the table whose `message_prefix` it has.
 //! The source only hands on events of configured tables and prefixes.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::config::OutboxTable;
-use crate::outbox::avro::SchemaSet;
+use crate::outbox::avro::{RegisteredSchema, SchemaSet};
 use crate::outbox::error::{MappingConfigError, MappingError};
 use crate::outbox::event::{EventKind, OutboxEvent};
 use crate::outbox::mapper::RecordMapper;
@@ -88,6 +90,16 @@ impl TableMappers {
     pub(crate) fn map(&mut self, event: &OutboxEvent) -> Result<KafkaRecord, MappingError> {
         let i = self.index(event);
         self.entries[i].mapper.map(event)
+    }
+
+    /// A new `latest` version of a subject, for every table whose routes
+    /// follow it; whether any schema was replaced.
+    pub(crate) fn use_latest(&mut self, schema: &Arc<RegisteredSchema>) -> bool {
+        let mut changed = false;
+        for e in &mut self.entries {
+            changed |= e.mapper.use_latest(schema);
+        }
+        changed
     }
 
     pub(crate) fn key_and_id(&self, event: &OutboxEvent) -> (Option<Bytes>, Option<Bytes>) {

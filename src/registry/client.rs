@@ -174,8 +174,10 @@ where
     let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| e.to_string())?;
-    // The connection is driven until the answer is read, then dropped.
-    let driver = tokio::spawn(connection);
+    // The connection is driven until the answer is read, then dropped; also
+    // when the request times out (this future dropped), or a registry that
+    // never answers would keep a task per request.
+    let driver = AbortOnDrop(tokio::spawn(connection));
     let result = async {
         let response = sender
             .send_request(request)
@@ -191,8 +193,17 @@ where
         Ok((status, body))
     }
     .await;
-    driver.abort();
+    drop(driver);
     result
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn tls_connector(path: &std::path::Path) -> Result<TlsConnector, RegistryError> {

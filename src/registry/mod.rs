@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use crate::config::value_format::SchemaVersion;
 use crate::config::{OutboxTable, SchemaRegistryConfig};
-use crate::metrics::SCHEMA_REGISTRY_REQUESTS;
+use crate::metrics::{SCHEMA_CACHE_ENTRIES, SCHEMA_REGISTRY_REQUESTS};
 use crate::outbox::avro::{avro_subjects, AvroSchema, RegisteredSchema, SchemaSet};
 
 pub use error::RegistryError;
@@ -164,7 +164,61 @@ impl SchemaRegistry {
         self.by_id.insert(found.id, schema.clone());
         self.by_version
             .insert((found.subject.clone(), found.version), schema.clone());
+        metrics::gauge!(SCHEMA_CACHE_ENTRIES).set(self.by_id.len() as f64);
         Ok(schema)
+    }
+
+    /// A compatibility level (`BACKWARD`, `NONE`, ...): the subject's own,
+    /// or the registry's global one with `None`. `Ok(None)` when the
+    /// subject has no level of its own (Confluent's 40408), so the global
+    /// one applies.
+    pub(crate) async fn compatibility(
+        &mut self,
+        subject: Option<&str>,
+    ) -> Result<Option<String>, RegistryError> {
+        let path = match subject {
+            Some(s) => format!("/config/{}", utf8_percent_encode(s, PATH_SEGMENT)),
+            None => "/config".to_owned(),
+        };
+        let answer = self
+            .http
+            .get(&path)
+            .await
+            .inspect_err(|_| count("unavailable"))?;
+        match answer.status {
+            StatusCode::OK => {
+                count("ok");
+                let body: serde_json::Value =
+                    serde_json::from_slice(&answer.body).unwrap_or_default();
+                // Confluent answers `compatibilityLevel`; some registries
+                // `compatibility`.
+                Ok(body["compatibilityLevel"]
+                    .as_str()
+                    .or_else(|| body["compatibility"].as_str())
+                    .map(str::to_owned))
+            }
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                count("unauthorized");
+                Err(RegistryError::Unauthorized {
+                    url: answer.url,
+                    status: answer.status,
+                })
+            }
+            StatusCode::NOT_FOUND if subject.is_some() => {
+                count("not_found");
+                Ok(None)
+            }
+            status => {
+                count("error");
+                Err(RegistryError::Unexpected {
+                    url: answer.url,
+                    what: format!("GET {path}"),
+                    status,
+                    body: String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+                        .into_owned(),
+                })
+            }
+        }
     }
 
     /// The schemas every table's routing names, fetched now (for the relay's
@@ -190,6 +244,19 @@ impl SchemaRegistry {
         }
         Ok(set)
     }
+}
+
+/// The subjects of the routes that follow `routing.schema_version =
+/// "latest"`: read again for a newer version while the relay runs.
+pub(crate) fn latest_subjects(tables: &[OutboxTable]) -> Vec<String> {
+    let mut subjects: Vec<String> = tables
+        .iter()
+        .filter(|t| t.routing.schema_version == SchemaVersion::Latest)
+        .flat_map(|t| avro_subjects(&t.routing))
+        .collect();
+    subjects.sort();
+    subjects.dedup();
+    subjects
 }
 
 fn count(outcome: &'static str) {

@@ -166,3 +166,47 @@ async fn tries_each_url_in_turn_and_retries_only_outages() {
     assert!(e.is_retryable(), "{e}");
     assert!(e.to_string().contains("503"), "{e}");
 }
+
+#[tokio::test]
+async fn compatibility_reads_the_subjects_level_and_tells_an_unset_one() {
+    let r = scripted(200, r#"{"compatibilityLevel":"BACKWARD"}"#).await;
+    let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
+    assert_eq!(
+        reg.compatibility(Some("orders/value")).await.unwrap(),
+        Some("BACKWARD".to_owned())
+    );
+    let head = r.requests.lock().unwrap()[0].clone();
+    assert!(
+        head.starts_with("GET /apis/ccompat/v7/config/orders%2Fvalue HTTP/1.1"),
+        "{head}"
+    );
+
+    // Confluent's 40408: the subject has no level of its own.
+    let r = scripted(404, r#"{"error_code":40408,"message":"not configured"}"#).await;
+    let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
+    assert_eq!(reg.compatibility(Some("s")).await.unwrap(), None);
+    // The global level must answer.
+    assert!(reg.compatibility(None).await.is_err());
+
+    let r = scripted(403, "{}").await;
+    let e = SchemaRegistry::new(&config(&r.url))
+        .unwrap()
+        .compatibility(None)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("schema_registry.password"), "{e}");
+}
+
+#[tokio::test]
+async fn the_cache_gauge_and_latest_always_asks() {
+    let r = scripted(200, FOUND).await;
+    let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
+    for _ in 0..3 {
+        reg.resolve("orders-value", SchemaVersion::Latest)
+            .await
+            .unwrap();
+    }
+    // `latest` may have moved: asked each time, cached once by id.
+    assert_eq!(r.count.load(Ordering::SeqCst), 3);
+    assert_eq!(reg.cached(), 1);
+}

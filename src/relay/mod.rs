@@ -17,6 +17,7 @@
 mod dead_letter;
 mod error;
 mod ledger;
+mod mapping;
 mod schemas;
 mod session;
 mod settings;
@@ -43,6 +44,7 @@ pub use settings::RelaySettings;
 pub(crate) use dead_letter::{
     from_record as dead_letter_refused, from_unmappable as dead_letter_unmappable,
 };
+use mapping::RelayMapper;
 use session::SessionEnd;
 use state::RelayState;
 use telemetry::{ReconnectCause, RelayEvent, RelayTelemetry};
@@ -75,11 +77,13 @@ pub async fn run(
         let _ = stop_tx.send(true);
     });
     // Before the first session: the mappers are built with the schemas.
-    let Some(schemas) = schemas::fetch(&settings, &stop).await? else {
+    let Some(fetched) = schemas::fetch(&settings, &stop).await? else {
         return Ok(());
     };
     let telemetry = RelayTelemetry::new(&settings.health);
-    let mut state = RelayState::new(&settings, &schemas, stop)?;
+    // The refresh task stops when `_refresh` is dropped, as the relay returns.
+    let (mapper, _refresh) = RelayMapper::start(&settings, fetched)?;
+    let mut state = RelayState::new(mapper, stop);
     state.tell_start(&settings, &telemetry);
     let relay = settings.config.relay.clone();
     let mut retries = Retries::new(&relay);

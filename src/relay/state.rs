@@ -7,18 +7,17 @@ use tokio::sync::watch;
 
 use super::error::RelayError;
 use super::ledger::RelayLedger;
+use super::mapping::RelayMapper;
 use super::session::{self, Lent, PoisonMemory, SessionEnd, DEAD_LETTER_REASONS};
 use super::settings::RelaySettings;
 use super::slot_record::SlotRecord;
 use super::table_watch::TableBaseline;
 use super::telemetry::{RelayEvent, RelayTelemetry};
-use crate::outbox::avro::SchemaSet;
-use crate::outbox::TableMappers;
 use crate::source::admin;
 use crate::source::error::SourceError;
 
 pub(super) struct RelayState {
-    mapper: TableMappers,
+    mapper: RelayMapper,
     /// The verdicts on poison events, which outlive a reconnect.
     poison: PoisonMemory,
     /// Opened before the first session, again after a failure that
@@ -34,19 +33,15 @@ pub(super) struct RelayState {
 }
 
 impl RelayState {
-    pub(super) fn new(
-        settings: &RelaySettings,
-        schemas: &SchemaSet,
-        stop: watch::Receiver<bool>,
-    ) -> Result<Self, RelayError> {
-        Ok(RelayState {
-            mapper: TableMappers::with_schemas(&settings.config.tables(), schemas)?,
+    pub(super) fn new(mapper: RelayMapper, stop: watch::Receiver<bool>) -> Self {
+        RelayState {
+            mapper,
             poison: PoisonMemory::default(),
             ledger: None,
             slot: SlotRecord::new(),
             tables: TableBaseline::default(),
             stop,
-        })
+        }
     }
 
     pub(super) fn tell_start(&self, settings: &RelaySettings, telemetry: &RelayTelemetry) {

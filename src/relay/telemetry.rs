@@ -23,13 +23,16 @@ pub(super) enum ReconnectCause {
     Kafka,
     /// The source: PostgreSQL, the walsender, the stream.
     Postgres,
+    /// The schema registry could not answer for an event.
+    Registry,
 }
 
 impl ReconnectCause {
-    pub(super) const ALL: [ReconnectCause; 3] = [
+    pub(super) const ALL: [ReconnectCause; 4] = [
         ReconnectCause::KafkaDelivery,
         ReconnectCause::Kafka,
         ReconnectCause::Postgres,
+        ReconnectCause::Registry,
     ];
 
     pub(super) fn label(self) -> &'static str {
@@ -37,6 +40,7 @@ impl ReconnectCause {
             ReconnectCause::KafkaDelivery => "kafka_delivery",
             ReconnectCause::Kafka => "kafka",
             ReconnectCause::Postgres => "postgres",
+            ReconnectCause::Registry => "schema_registry",
         }
     }
 }
@@ -122,6 +126,7 @@ impl RelayTelemetry {
                 ReconnectCause::Kafka | ReconnectCause::KafkaDelivery => {
                     self.health.kafka_down(cause)
                 }
+                ReconnectCause::Registry => self.health.registry_down(cause),
             },
             E::Reconnecting {
                 cause,

@@ -12,6 +12,7 @@ pub mod pg_tls;
 pub mod proxy;
 pub mod python;
 pub mod registry;
+pub mod registry_auth;
 pub mod relay;
 pub mod standby;
 pub mod wait;

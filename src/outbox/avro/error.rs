@@ -21,6 +21,17 @@ pub(crate) enum EncodeError {
     Encode(String),
 }
 
+impl EncodeError {
+    /// The `reason` label of `outboxd_value_encode_failures_total`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            EncodeError::NotJson(_) => "not_json",
+            EncodeError::Mismatch { .. } => "mismatch",
+            EncodeError::Encode(_) => "encode",
+        }
+    }
+}
+
 impl fmt::Display for EncodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::routing::RoutingConfig;
-use crate::config::value_format::{render_fixed_subject, ValueEncoding};
+use crate::config::value_format::{render_fixed_subject, SchemaVersion, ValueEncoding};
 use crate::outbox::avro::schema::RegisteredSchema;
 use crate::outbox::error::MappingConfigError;
 
@@ -43,6 +43,9 @@ pub(crate) fn avro_subjects(routing: &RoutingConfig) -> Vec<String> {
 #[derive(Debug)]
 pub(crate) struct AvroRoutes {
     by_topic: Vec<(Box<str>, Arc<RegisteredSchema>)>,
+    /// `routing.schema_version = "latest"`: a newer version replaces the
+    /// schema (see [`AvroRoutes::use_latest`]).
+    latest: bool,
 }
 
 impl AvroRoutes {
@@ -71,7 +74,27 @@ impl AvroRoutes {
                 Ok((Box::from(topic), schema.clone()))
             })
             .collect::<Result<Vec<_>, MappingConfigError>>()?;
-        Ok(Some(AvroRoutes { by_topic }))
+        Ok(Some(AvroRoutes {
+            by_topic,
+            latest: routing.schema_version == SchemaVersion::Latest,
+        }))
+    }
+
+    /// A version of one of its subjects the registry now calls `latest`:
+    /// from now on it encodes that subject's events, unless the version is
+    /// pinned. Whether anything changed.
+    pub(crate) fn use_latest(&mut self, schema: &Arc<RegisteredSchema>) -> bool {
+        if !self.latest {
+            return false;
+        }
+        let mut changed = false;
+        for (_, s) in &mut self.by_topic {
+            if s.subject == schema.subject && s.id != schema.id {
+                *s = schema.clone();
+                changed = true;
+            }
+        }
+        changed
     }
 
     /// The schema of events sent to `topic`.
@@ -80,5 +103,48 @@ impl AvroRoutes {
             .iter()
             .find(|(t, _)| &**t == topic)
             .map(|(_, s)| &**s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::avro::AvroSchema;
+
+    fn registered(id: u32, version: u32) -> Arc<RegisteredSchema> {
+        Arc::new(RegisteredSchema {
+            id,
+            subject: "orders-value".into(),
+            version,
+            avro: AvroSchema::parse(r#""long""#).unwrap(),
+        })
+    }
+
+    fn routes(version: SchemaVersion) -> AvroRoutes {
+        let routing = RoutingConfig {
+            topic: "orders".into(),
+            value_format: ValueEncoding::Avro,
+            schema_version: version,
+            ..RoutingConfig::default()
+        };
+        let schemas = SchemaSet::from([("orders-value".to_owned(), registered(7, 1))]);
+        AvroRoutes::new(&routing, &schemas).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_newer_latest_version_replaces_the_schema_unless_pinned() {
+        let mut latest = routes(SchemaVersion::Latest);
+        assert!(!latest.use_latest(&registered(7, 1)), "the same id");
+        assert!(latest.use_latest(&registered(9, 2)));
+        assert_eq!(latest.schema_for("orders").unwrap().id, 9);
+        let other = Arc::new(RegisteredSchema {
+            subject: "payments-value".into(),
+            ..(*registered(11, 1)).clone()
+        });
+        assert!(!latest.use_latest(&other), "another subject");
+
+        let mut pinned = routes(SchemaVersion::Number(1));
+        assert!(!pinned.use_latest(&registered(9, 2)));
+        assert_eq!(pinned.schema_for("orders").unwrap().id, 7);
     }
 }

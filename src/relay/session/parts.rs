@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::super::ledger::RelayLedger;
+use super::super::mapping::RelayMapper;
 use super::super::settings::RelaySettings;
 use super::super::slot_record::SlotRecord;
 use super::super::table_watch::{TableBaseline, TableWatch};
@@ -17,7 +18,6 @@ use super::super::telemetry::ReconnectCause;
 use super::telemetry::Telemetry;
 use super::verdicts::PoisonMemory;
 use super::window::Window;
-use crate::outbox::TableMappers;
 use crate::progress::ledger::LedgerWriter;
 use crate::sink::TopicManager;
 use crate::source::driver::{SourceHandle, StatusUpdates, Streamed};
@@ -43,6 +43,15 @@ impl Reconnect {
         })
     }
 
+    /// The schema registry could not answer for an event: resume from the
+    /// slot once it may (nothing past the event is confirmed meanwhile).
+    pub(in crate::relay) fn registry(detail: impl std::fmt::Display) -> SessionEnd {
+        SessionEnd::Reconnect(Reconnect {
+            cause: ReconnectCause::Registry,
+            detail: detail.to_string(),
+        })
+    }
+
     /// The producer's report channel closed.
     pub(in crate::relay) fn producer_stopped() -> SessionEnd {
         SessionEnd::Reconnect(Reconnect {
@@ -55,7 +64,7 @@ impl Reconnect {
 /// What the relay lends each session: the state that outlives it (see
 /// `RelayState`).
 pub(in crate::relay) struct Lent<'a> {
-    pub(in crate::relay) mapper: &'a mut TableMappers,
+    pub(in crate::relay) mapper: &'a mut RelayMapper,
     pub(in crate::relay) poison: &'a mut PoisonMemory,
     pub(in crate::relay) ledger: &'a mut RelayLedger,
     pub(in crate::relay) slot: &'a mut SlotRecord,
@@ -86,7 +95,7 @@ pub(super) struct Stream {
 pub(super) struct Session<'a, D> {
     pub(super) settings: &'a RelaySettings,
     /// Owned by the relay, lent for this session.
-    pub(super) mapper: &'a mut TableMappers,
+    pub(super) mapper: &'a mut RelayMapper,
     pub(super) ledger: &'a mut RelayLedger,
     /// Told that the stream opened and what the driver confirmed, for the
     /// relay's decisions about the slot.
@@ -126,7 +135,10 @@ mod tests {
     #[test]
     fn reconnect_causes_keep_their_metric_labels() {
         let labels = ReconnectCause::ALL.map(ReconnectCause::label);
-        assert_eq!(labels, ["kafka_delivery", "kafka", "postgres"]);
+        assert_eq!(
+            labels,
+            ["kafka_delivery", "kafka", "postgres", "schema_registry"]
+        );
         match Reconnect::delivery("timed out") {
             SessionEnd::Reconnect(r) => {
                 assert_eq!(r.cause, ReconnectCause::KafkaDelivery);

@@ -71,9 +71,11 @@ impl<D: DeliveryMode> Session<'_, D> {
                     self.telemetry.emit(TelemetryEvent::EventSkipped);
                     return Ok(None);
                 };
-                let record = match self.mapper.map(&event) {
-                    Ok(record) => record,
-                    Err(e) => {
+                let record = match self.mapper.map(&event).await {
+                    Ok(Ok(record)) => record,
+                    Err(e) if e.is_retryable() => return Ok(Some(Reconnect::registry(e))),
+                    Err(e) => return Err(e.into()),
+                    Ok(Err(e)) => {
                         let error = e.to_string();
                         let poison = Undeliverable::Unmapped {
                             event,

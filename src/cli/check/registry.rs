@@ -1,0 +1,225 @@
+//! The schema registry's checks, for tables with a registry value format:
+//! the registry answers and takes the credentials (`registry`); per route
+//! the subject, the schema id and version the relay would use, whether the
+//! schema parses, and the subject's compatibility level (`schema`). With
+//! `--sample N`, the newest N rows of each outbox table are mapped and
+//! encoded as the relay would, nothing sent, and the rows that would fail
+//! are listed with the reason (`sample`).
+
+use std::collections::VecDeque;
+
+use tokio_postgres::Client;
+
+use super::line::{Line, Verdict};
+use crate::config::{Config, OutboxTable};
+use crate::outbox::avro::{avro_subjects, SchemaSet};
+use crate::outbox::{OutboxEvent, RecordMapper};
+use crate::registry::{RegistryError, SchemaRegistry};
+use crate::source::outbox_rows::{ReadOptions, RowReader};
+
+/// The registry's lines, and the schemas fetched (for the sample); `None`
+/// when the registry is not usable. No lines when no table needs it.
+pub(super) async fn check(cfg: &Config) -> (Vec<Line>, Option<SchemaSet>) {
+    let tables = cfg.tables();
+    if !tables
+        .iter()
+        .any(|t| t.routing.value_format.uses_registry())
+    {
+        return (Vec::new(), Some(SchemaSet::new()));
+    }
+    let reg = &cfg.schema_registry;
+    let mut registry = match SchemaRegistry::new(reg) {
+        Ok(r) => r,
+        Err(e) => return (vec![Line::fail("registry", e)], None),
+    };
+    let mut lines = Vec::new();
+    // The global level asks the registry something every registry answers,
+    // with the credentials: reachable, and the credentials work.
+    let global = match registry.compatibility(None).await {
+        Ok(level) => {
+            let auth = match &reg.username {
+                Some(u) => format!("credentials of {u:?} accepted"),
+                None => "no credentials configured".to_owned(),
+            };
+            lines.push(Line::ok(
+                "registry",
+                format!(
+                    "{} answers, {auth}; global compatibility {}",
+                    reg.urls().join(", "),
+                    level.as_deref().unwrap_or("(not reported)")
+                ),
+            ));
+            level
+        }
+        Err(e) => {
+            lines.push(Line::fail("registry", unusable(&e)));
+            lines.push(Line::skip(
+                "schema",
+                "the registry is not usable (see registry)",
+            ));
+            return (lines, None);
+        }
+    };
+    let mut schemas = SchemaSet::new();
+    let mut usable = true;
+    for t in &tables {
+        for subject in avro_subjects(&t.routing) {
+            let version = t.routing.schema_version;
+            let line = match registry.resolve(&subject, version).await {
+                Ok(schema) => {
+                    let level = match registry.compatibility(Some(&subject)).await {
+                        Ok(Some(own)) => format!("{own} (the subject's own)"),
+                        Ok(None) => format!(
+                            "{} (the global level)",
+                            global.as_deref().unwrap_or("not reported")
+                        ),
+                        Err(e) => format!("unknown ({e})"),
+                    };
+                    let line = Line::ok(
+                        "schema",
+                        format!(
+                            "{} -> subject `{subject}` ({}.schema_version = {version}): schema \
+                             id {}, version {}, parses; compatibility {level}",
+                            t.table, t.routing_key, schema.id, schema.version
+                        ),
+                    );
+                    schemas.insert(subject, schema);
+                    line
+                }
+                Err(e) => {
+                    usable = false;
+                    Line::fail("schema", format!("{}: {}", t.table, unusable(&e)))
+                }
+            };
+            lines.push(line);
+        }
+    }
+    (lines, usable.then_some(schemas))
+}
+
+/// An error that stops the registry's checks, with the fix.
+fn unusable(e: &RegistryError) -> String {
+    match e {
+        RegistryError::Unavailable { .. } => format!(
+            "{e}; check schema_registry.url, that the registry runs, and \
+             schema_registry.request_timeout"
+        ),
+        e => e.to_string(),
+    }
+}
+
+/// The newest `n` rows of each table mapped and encoded with `schemas`:
+/// one line per table, listing every row that would fail.
+pub(super) async fn sample(
+    client: &Client,
+    tables: &[OutboxTable],
+    schemas: &SchemaSet,
+    n: usize,
+) -> Vec<Line> {
+    let mut lines = Vec::new();
+    for t in tables {
+        lines.push(match sample_table(client, t, schemas, n).await {
+            Ok(line) => line,
+            Err(e) => Line::fail("sample", format!("{}: {e}", t.table)),
+        });
+    }
+    lines
+}
+
+async fn sample_table(
+    client: &Client,
+    t: &OutboxTable,
+    schemas: &SchemaSet,
+    n: usize,
+) -> Result<Line, String> {
+    let mut mapper = RecordMapper::with_schemas(&t.columns, &t.routing, &t.ce_source(), schemas)
+        .map_err(|e| e.to_string())?;
+    let rows = newest_rows(client, t, n).await?;
+    let mut failures = Vec::new();
+    for event in &rows {
+        if let Err(e) = mapper.map(event) {
+            let (_, id) = mapper.key_and_id(event);
+            let id = id.map_or_else(
+                || "(no id)".to_owned(),
+                |b| String::from_utf8_lossy(&b).into_owned(),
+            );
+            failures.push(format!("id {id}: {e}"));
+        }
+    }
+    let what = format!(
+        "{}: the newest {} row(s), encoded as `outboxd run` would (nothing sent)",
+        t.table,
+        rows.len()
+    );
+    Ok(if failures.is_empty() {
+        Line::ok("sample", format!("{what}: all encode"))
+    } else {
+        Line::new(
+            Verdict::Fail,
+            "sample",
+            format!(
+                "{what}: {} would fail (relay.on_error applies to each):\n{}",
+                failures.len(),
+                failures.join("\n")
+            ),
+        )
+    })
+}
+
+/// The newest `n` rows, oldest first, by the time column `outboxd
+/// backfill` reads by (`outbox.columns.timestamp`, else `created_at`), then
+/// storage order. Rows sharing the oldest time read are read whole, then
+/// cut to `n`.
+async fn newest_rows(
+    client: &Client,
+    t: &OutboxTable,
+    n: usize,
+) -> Result<Vec<OutboxEvent>, String> {
+    let open = |since: String| {
+        let opts = ReadOptions {
+            since,
+            until: None,
+            time_column: None,
+            batch: n.max(1),
+        };
+        async move {
+            RowReader::open(client, t.table.schema(), t.table.name(), &t.columns, &opts)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    };
+    let probe = open("-infinity".to_owned()).await?;
+    let column = crate::source::admin::quote_ident(probe.time_column());
+    let table = format!(
+        "{}.{}",
+        crate::source::admin::quote_ident(t.table.schema()),
+        crate::source::admin::quote_ident(t.table.name())
+    );
+    let sql = format!(
+        "SELECT min(t)::text FROM (SELECT {column} AS t FROM {table} \
+         ORDER BY {column} DESC LIMIT {n}) newest"
+    );
+    let since = client
+        .query_one(&sql, &[])
+        .await
+        .map_err(|e| format!("reading the newest rows' time: {e}"))?
+        .get::<_, Option<String>>(0);
+    let Some(since) = since else {
+        return Ok(Vec::new());
+    };
+    let mut reader = open(since).await?;
+    let mut newest = VecDeque::with_capacity(n);
+    loop {
+        let page = reader.next_page(client).await.map_err(|e| e.to_string())?;
+        if page.is_empty() {
+            break;
+        }
+        for event in page {
+            if newest.len() == n {
+                newest.pop_front();
+            }
+            newest.push_back(event);
+        }
+    }
+    Ok(newest.into())
+}
