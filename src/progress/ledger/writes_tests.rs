@@ -184,3 +184,105 @@ fn writes_never_go_back_and_the_newest_entry_lands() {
     assert_eq!(w.durable(), wanted);
     assert_eq!(w.lag(now), Duration::ZERO);
 }
+
+mod properties {
+    use proptest::prelude::*;
+    use proptest::test_runner::FileFailurePersistence;
+
+    use super::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Want,
+        Tick { ms: u64 },
+        Ack,
+        Fail,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::Want),
+            4 => (0u64..3000).prop_map(|ms| Op::Tick { ms }),
+            3 => Just(Op::Ack),
+            1 => Just(Op::Fail),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            failure_persistence: Some(Box::new(FileFailurePersistence::Off)),
+            ..ProptestConfig::default()
+        })]
+
+        /// Entries go out in the order they were wanted (a write again
+        /// only after its failure or abandonment), never one older than a
+        /// durable one; a write never stays in flight past the age limit;
+        /// and once writes answer, the newest entry wanted is durable and
+        /// the lag is 0.
+        #[test]
+        fn writes_keep_order_respect_the_age_limit_and_catch_up(
+            ops in proptest::collection::vec(op(), 1..200)
+        ) {
+            let t0 = Instant::now();
+            let mut w = writes();
+            let (mut now, mut wanted) = (t0, 0u64);
+            let mut in_flight: Option<(u64, Instant)> = None;
+            let mut last_sent = 0u64;
+            for op in ops {
+                match op {
+                    Op::Want => {
+                        wanted += 1;
+                        w.want(wanted, entry(wanted * 10), now);
+                    }
+                    Op::Tick { ms } => now += Duration::from_millis(ms),
+                    Op::Ack => {
+                        if let Some((number, _)) = in_flight.take() {
+                            let e = w.acked(number).expect("the write in flight");
+                            prop_assert_eq!(e.confirmed_lsn, Lsn(number * 10));
+                            prop_assert_eq!(w.durable(), number);
+                        }
+                    }
+                    Op::Fail => {
+                        if let Some((number, _)) = in_flight.take() {
+                            w.failed(number, now);
+                        }
+                    }
+                }
+                loop {
+                    match w.next(now) {
+                        Next::Send { number, entry } => {
+                            prop_assert!(in_flight.is_none(), "two writes in flight");
+                            prop_assert!(number >= last_sent && number > w.durable());
+                            prop_assert_eq!(entry.confirmed_lsn, Lsn(number * 10));
+                            last_sent = number;
+                            in_flight = Some((number, now));
+                        }
+                        Next::Abandon { number } => {
+                            let (n, sent_at) = in_flight.take().expect("a write to abandon");
+                            prop_assert_eq!(n, number);
+                            prop_assert!(now >= sent_at + AGE_LIMIT);
+                        }
+                        Next::Wait(until) => {
+                            if let Some((_, sent_at)) = in_flight {
+                                prop_assert_eq!(until, Some(sent_at + AGE_LIMIT));
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+            // From now on every write is acknowledged.
+            for _ in 0..4 {
+                if let Some((number, _)) = in_flight.take() {
+                    w.acked(number);
+                }
+                now += AGE_LIMIT;
+                if let Next::Send { number, .. } = w.next(now) {
+                    in_flight = Some((number, now));
+                }
+            }
+            prop_assert_eq!(w.durable(), wanted);
+            prop_assert_eq!(w.lag(now), Duration::ZERO);
+        }
+    }
+}
