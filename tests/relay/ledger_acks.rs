@@ -408,6 +408,8 @@ async fn a_stuck_ledger_write_is_replaced_within_a_few_status_intervals() {
 
     proxy.freeze_existing_on(ledger_topic.as_bytes());
     let target = emit("after");
+    // The lag the relay exports while its ledger is behind, at its highest.
+    let mut lag_seen = 0f64;
     let behind = tokio::task::block_in_place(|| {
         wait_for("the slot past the events", Duration::from_secs(60), || {
             confirmed_lsn(pg, slot) >= target
@@ -415,6 +417,8 @@ async fn a_stuck_ledger_write_is_replaced_within_a_few_status_intervals() {
         let slot_there = std::time::Instant::now();
         let deadline = slot_there + Duration::from_secs(60);
         while !last_entry().is_some_and(|l| l >= target) {
+            let lag = Scrape::take(metrics).get("outboxd_ledger_lag_seconds", "");
+            lag_seen = lag_seen.max(lag.unwrap_or(0.0));
             assert!(
                 std::time::Instant::now() < deadline,
                 "the ledger stays behind the slot (at {target}) for 60 s; last entry {:?}; \
@@ -433,7 +437,7 @@ async fn a_stuck_ledger_write_is_replaced_within_a_few_status_intervals() {
     eprintln!(
         "stuck ledger write: {} connection(s) frozen; the ledger reached the slot's position \
          {target} {behind:?} after the slot (write timeout {WRITE_TIMEOUT:?}, budget {BUDGET:?}); \
-         {stuck} write(s) abandoned; lag now {:?} s",
+         {stuck} write(s) abandoned; lag at most {lag_seen} s, now {:?} s",
         proxy.frozen(),
         scrape.get("outboxd_ledger_lag_seconds", "")
     );
@@ -447,6 +451,10 @@ async fn a_stuck_ledger_write_is_replaced_within_a_few_status_intervals() {
         relay.log()
     );
     assert!(stuck >= 1.0, "no write counted as stuck");
+    assert!(
+        lag_seen >= 1.0,
+        "outboxd_ledger_lag_seconds never showed the ledger behind (at most {lag_seen})"
+    );
     assert!(
         relay.log().contains("cannot write the position ledger"),
         "{}",
