@@ -92,8 +92,8 @@ async fn ledger_entries_never_lead_the_acks_with_the_broker_paused() {
     // At the resume the broker's own controller often fences it for the
     // heartbeats it missed (seen after 8 s pauses too); librdkafka then finds
     // no leader and waits out `message.timeout.ms` (30 s) before the relay
-    // reconnects and the ledger's writer renews its producer. The waits
-    // below allow for that.
+    // reconnects (the ledger's writer replaces its producer sooner, after
+    // `kafka.ledger_write_timeout`). The waits below allow for that.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let received_in_pause = lsn_now(pg);
     broker.resume();
