@@ -9,6 +9,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use crate::config::error::ConfigError;
+use crate::config::units::de_opt_duration;
 
 /// librdkafka's default `transaction.timeout.ms`.
 pub(crate) const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
@@ -31,6 +32,20 @@ pub(crate) const DEFAULT_LEDGER_TOPIC: &str = "outboxd.positions";
 /// should be as durable as the cluster makes topics by default, and a
 /// single development broker (default 1) still accepts it.
 pub(crate) const DEFAULT_LEDGER_REPLICATION_FACTOR: i32 = -1;
+/// The ledger producer's write timeout when `kafka.ledger_write_timeout` is
+/// not set: this many status intervals (the ledger is written at most once
+/// per interval and may trail the slot by one; a few more and a write is
+/// stuck, not slow)...
+pub(crate) const LEDGER_WRITE_TIMEOUT_INTERVALS: u32 = 5;
+/// ...but at least 5 s, so a leader election on a healthy cluster (seconds)
+/// does not fail writes and replace the producer for nothing...
+pub(crate) const LEDGER_WRITE_TIMEOUT_MIN: Duration = Duration::from_secs(5);
+/// ...and at most the data producer's own `message.timeout.ms` default
+/// (30 s): the ledger should recover before the relay does, not after.
+pub(crate) const LEDGER_WRITE_TIMEOUT_MAX: Duration = Duration::from_secs(30);
+/// The shortest `kafka.ledger_write_timeout` accepted: librdkafka needs
+/// `message.timeout.ms` above `linger.ms`, and a write takes a round trip.
+const LEDGER_WRITE_TIMEOUT_FLOOR: Duration = Duration::from_secs(1);
 /// Kafka's limit on a topic name's length.
 const MAX_TOPIC_NAME: usize = 249;
 
@@ -60,6 +75,11 @@ pub struct KafkaConfig {
     /// The producer's `transactional.id` with `relay.delivery =
     /// "exactly-once"`; `None`: derived from the ledger key.
     pub transactional_id: Option<String>,
+    /// How long one ledger write may take before the ledger's producer is
+    /// replaced (at-least-once); `None`: derived from the status interval
+    /// ([`KafkaConfig::ledger_write_timeout`]).
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub ledger_write_timeout: Option<Duration>,
 }
 
 impl Default for KafkaConfig {
@@ -73,6 +93,7 @@ impl Default for KafkaConfig {
             ledger_replication_factor: DEFAULT_LEDGER_REPLICATION_FACTOR,
             properties: BTreeMap::new(),
             transactional_id: None,
+            ledger_write_timeout: None,
         }
     }
 }
@@ -98,7 +119,27 @@ impl KafkaConfig {
         Duration::from_millis(ms)
     }
 
+    /// The ledger producer's `message.timeout.ms` and the age limit of each
+    /// ledger write: `kafka.ledger_write_timeout`, or
+    /// [`LEDGER_WRITE_TIMEOUT_INTERVALS`] status intervals within
+    /// [`LEDGER_WRITE_TIMEOUT_MIN`]..=[`LEDGER_WRITE_TIMEOUT_MAX`].
+    pub(crate) fn ledger_write_timeout(&self, status_interval: Duration) -> Duration {
+        self.ledger_write_timeout.unwrap_or_else(|| {
+            (status_interval * LEDGER_WRITE_TIMEOUT_INTERVALS)
+                .clamp(LEDGER_WRITE_TIMEOUT_MIN, LEDGER_WRITE_TIMEOUT_MAX)
+        })
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self
+            .ledger_write_timeout
+            .is_some_and(|t| t < LEDGER_WRITE_TIMEOUT_FLOOR)
+        {
+            return Err(ConfigError::invalid(
+                "kafka.ledger_write_timeout",
+                "must be at least \"1s\"; leave it out to derive it from postgres.status_interval",
+            ));
+        }
         if self
             .transactional_id
             .as_deref()
@@ -295,6 +336,33 @@ mod tests {
 
     fn parse(text: &str) -> Result<KafkaConfig, toml::de::Error> {
         toml::from_str(text)
+    }
+
+    #[test]
+    fn the_ledger_write_timeout_is_a_few_status_intervals_unless_set() {
+        let k = KafkaConfig::default();
+        let ms = Duration::from_millis;
+        assert_eq!(k.ledger_write_timeout(ms(1000)), ms(5000));
+        assert_eq!(k.ledger_write_timeout(ms(2000)), ms(10_000));
+        assert_eq!(k.ledger_write_timeout(ms(200)), ms(5000), "at least 5 s");
+        assert_eq!(
+            k.ledger_write_timeout(ms(60_000)),
+            ms(30_000),
+            "at most 30 s"
+        );
+        let k = parse("ledger_write_timeout = \"2s\"").unwrap();
+        assert_eq!(k.ledger_write_timeout(ms(1000)), ms(2000));
+        assert!(k.validate().is_ok());
+        let err = parse("ledger_write_timeout = \"500ms\"")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kafka.ledger_write_timeout"), "{err}");
+        assert!(
+            parse("ledger_write_timeout = 5").is_err(),
+            "a unit is needed"
+        );
     }
 
     #[test]

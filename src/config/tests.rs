@@ -38,6 +38,7 @@ const ALL_KEYS: &[&str] = &[
     "kafka.ledger_topic",
     "kafka.ledger_replication_factor",
     "kafka.transactional_id",
+    "kafka.ledger_write_timeout",
     "routing.topic",
     "routing.value",
     "routing.format",

@@ -86,6 +86,13 @@ pub(crate) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D
     d.deserialize_any(DurationVisitor)
 }
 
+/// Serde helper: an optional duration string (see [`parse_duration`]).
+pub(crate) fn de_opt_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    d.deserialize_any(DurationVisitor).map(Some)
+}
+
 /// Serde helper: a size string or integer of bytes (see [`parse_size`]).
 pub(crate) fn de_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     d.deserialize_any(SizeVisitor)

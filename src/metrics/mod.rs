@@ -169,6 +169,15 @@ fn describe() {
         LEDGER_LSN,
         "Position ledger's last written position (every event up to it acknowledged)"
     );
+    describe_counter!(
+        LEDGER_WRITE_FAILURES,
+        "Position ledger writes that failed, by reason (stuck, timed_out, refused)"
+    );
+    describe_gauge!(
+        LEDGER_LAG_SECONDS,
+        Unit::Seconds,
+        "Time the position ledger has not held the newest entry wanted (0: caught up)"
+    );
     describe_gauge!(
         LEDGER_GAP,
         "1 while refusing to start over a gap the position ledger found"

@@ -36,6 +36,14 @@ pub(crate) const HALTED: &str = "outboxd_halted";
 /// The position ledger's last written position: every event up to it is
 /// acknowledged by Kafka (gauge).
 pub(crate) const LEDGER_LSN: &str = "outboxd_ledger_lsn";
+/// Ledger writes that did not make their entry durable, by `reason`:
+/// `stuck` (no answer within `kafka.ledger_write_timeout`; the producer was
+/// replaced), `timed_out` (librdkafka gave up) or `refused` (counter).
+pub(crate) const LEDGER_WRITE_FAILURES: &str = "outboxd_ledger_write_failures_total";
+/// Seconds the position ledger has not held the newest entry the relay
+/// wants written: 0 while it does, about a round trip while a write goes
+/// well; it grows while writes hang or fail (gauge).
+pub(crate) const LEDGER_LAG_SECONDS: &str = "outboxd_ledger_lag_seconds";
 /// 1 while the relay refuses to start over a gap the ledger found, else 0 (gauge).
 pub(crate) const LEDGER_GAP: &str = "outboxd_ledger_gap";
 /// Events not sent again on a (re)start because the ledger has them as relayed (counter).

@@ -33,11 +33,13 @@
 //! PostgreSQL's `X/Y` text.
 //!
 //! Files: `entry` (identity, entry, parsing), `writer` (when to write),
+//! `writes` (what the writer task sends next: supersede, age limit),
 //! `start` (what a (re)start finds and decides). Pure: no I/O, no clock.
 
 mod entry;
 mod start;
 mod writer;
+mod writes;
 
 #[cfg(test)]
 mod writer_proptest;
@@ -50,3 +52,4 @@ pub(crate) use start::{
     decide_start, select_entry, GapReason, SlotState, StartDecision, StartGap, StartInputs,
 };
 pub(crate) use writer::{CommitPosition, LedgerWriter};
+pub(crate) use writes::{LedgerWrites, Next as NextWrite, WriteFailure};

@@ -9,7 +9,8 @@
 //! - during a session a [`LedgerWriter`] is offered the position the driver
 //!   actually confirmed to the slot (never above the tracker's confirmable,
 //!   so never ahead of the acks), and the entries it hands out are written
-//!   by a task of their own, so the relay loop never waits for the ledger.
+//!   by a task of their own (`ledger_writes`), so the relay loop never
+//!   waits for the ledger.
 //!
 //! With `relay.delivery = "exactly-once"` the session writes the entries
 //! itself, inside its Kafka transactions (`session::commit`), and tells the
@@ -23,6 +24,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::error::RelayError;
+use super::ledger_writes::{write_entries, Writer};
 use super::settings::RelaySettings;
 use super::telemetry::{RelayEvent, RelayTelemetry};
 use crate::progress::ledger::{
@@ -35,8 +37,6 @@ use crate::Lsn;
 
 /// How long a graceful stop waits for the final entry.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
-/// Pause before writing a failed entry again.
-const RETRY: Duration = Duration::from_secs(1);
 
 /// The ledger for one relay process.
 pub(super) struct RelayLedger {
@@ -123,7 +123,12 @@ impl RelayLedger {
     /// else verified) and reads the entries for this database and slot.
     pub(super) async fn open(settings: &RelaySettings) -> Result<RelayLedger, RelayError> {
         let started = std::time::Instant::now();
-        let topic = LedgerTopic::new(&settings.brokers, &settings.config.kafka)?;
+        let config = &settings.config;
+        let write_timeout = config
+            .kafka
+            .ledger_write_timeout(config.postgres.status_interval);
+        let topic =
+            LedgerTopic::with_write_timeout(&settings.brokers, &config.kafka, Some(write_timeout))?;
         let database = settings.source.conn.dbname.clone();
         let slot = settings.source.slot.clone();
         // Checked and read at once: both take a broker round trip or more,
@@ -158,6 +163,7 @@ impl RelayLedger {
         let writer = Writer {
             known: Arc::clone(&known),
             telemetry: telemetry.clone(),
+            age_limit: write_timeout,
         };
         tokio::spawn(write_entries(topic, rx, done, writer));
         Ok(RelayLedger {
@@ -456,50 +462,6 @@ impl RelayLedger {
             Ok(Ok(_)) => tracing::debug!(%lsn, "ledger written"),
             _ => {
                 tracing::warn!(%lsn, timeout_s = FLUSH_TIMEOUT.as_secs(), "the final ledger entry was not acknowledged in time; the ledger lags the slot, so the next start re-delivers a little more")
-            }
-        }
-    }
-}
-
-/// What the writer task shares with the relay.
-struct Writer {
-    known: Arc<Mutex<Vec<LedgerEntry>>>,
-    telemetry: RelayTelemetry,
-}
-
-/// The writer task: writes the newest pending entry, again after a failure
-/// (unless a newer one came meanwhile), until the relay is gone.
-async fn write_entries(
-    mut topic: LedgerTopic,
-    mut pending: watch::Receiver<(u64, Option<LedgerEntry>)>,
-    done: watch::Sender<u64>,
-    writer: Writer,
-) {
-    while pending.changed().await.is_ok() {
-        let (number, entry) = pending.borrow_and_update().clone();
-        let Some(entry) = entry else { continue };
-        loop {
-            match topic.write(&entry).await {
-                Ok(_) => {
-                    writer
-                        .telemetry
-                        .emit(RelayEvent::LedgerWritten(entry.confirmed_lsn));
-                    let mut known = writer.known.lock().unwrap_or_else(|e| e.into_inner());
-                    known.retain(|e| e.identity() != entry.identity());
-                    known.push(entry);
-                    done.send_replace(number);
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot write the position ledger; retrying with a new producer (the ledger lags meanwhile, the relay goes on)");
-                    if let Err(e) = topic.renew_producer() {
-                        tracing::debug!(error = %e, "cannot make a new ledger producer; retrying with the old one");
-                    }
-                    tokio::time::sleep(RETRY).await;
-                    if pending.has_changed().unwrap_or(true) {
-                        break;
-                    }
-                }
             }
         }
     }

@@ -17,6 +17,7 @@
 mod dead_letter;
 mod error;
 mod ledger;
+mod ledger_writes;
 mod mapping;
 mod schemas;
 mod session;

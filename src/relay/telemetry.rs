@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::config::{Config, DeliveryMode};
 use crate::metrics::{self as m, Health};
 use crate::outbox::TableMappers;
-use crate::progress::ledger::StartGap;
+use crate::progress::ledger::{StartGap, WriteFailure};
 use crate::Lsn;
 
 /// The `cause` label of the reconnect counter.
@@ -59,6 +59,13 @@ pub(super) enum RelayEvent<'e> {
     LedgerRead { newest: Option<Lsn> },
     /// A ledger entry is in Kafka (written, or committed in a transaction).
     LedgerWritten(Lsn),
+    /// A ledger write failed (the writer goes on with the newest entry).
+    LedgerWriteFailed {
+        reason: WriteFailure,
+        detail: &'e str,
+    },
+    /// How long the ledger has not held the newest entry wanted.
+    LedgerLag(Duration),
     /// The start decision: the gap that stops the relay, or none.
     Gap(Option<&'e StartGap>),
     /// A session ended; what it had in flight is re-read by the next one.
@@ -110,8 +117,19 @@ impl RelayTelemetry {
                 m::gauge_lsn(m::LEDGER_LSN, newest.unwrap_or(Lsn::ZERO));
                 metrics::gauge!(m::LEDGER_GAP).set(0.0);
                 metrics::counter!(m::EVENTS_SKIPPED).increment(0);
+                metrics::gauge!(m::LEDGER_LAG_SECONDS).set(0.0);
+                for reason in WriteFailure::ALL {
+                    metrics::counter!(m::LEDGER_WRITE_FAILURES, "reason" => reason.label())
+                        .increment(0);
+                }
             }
             E::LedgerWritten(lsn) => m::gauge_lsn(m::LEDGER_LSN, lsn),
+            E::LedgerWriteFailed { reason, detail } => {
+                metrics::counter!(m::LEDGER_WRITE_FAILURES, "reason" => reason.label())
+                    .increment(1);
+                tracing::warn!(reason = reason.label(), error = %detail, "cannot write the position ledger; writing the newest entry with a new producer (the ledger lags meanwhile, the relay goes on)");
+            }
+            E::LedgerLag(lag) => metrics::gauge!(m::LEDGER_LAG_SECONDS).set(lag.as_secs_f64()),
             E::Gap(gap) => {
                 metrics::gauge!(m::LEDGER_GAP).set(if gap.is_some() { 1.0 } else { 0.0 });
                 self.health.set_gap(gap.map(ToString::to_string));

@@ -96,6 +96,15 @@ impl LedgerTopicError {
             _ => false,
         }
     }
+
+    /// A write librdkafka gave up on after `message.timeout.ms`.
+    pub(crate) fn is_write_timeout(&self) -> bool {
+        matches!(
+            self,
+            LedgerTopicError::Write { source, .. }
+                if source.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut)
+        )
+    }
 }
 
 fn is_authorization(code: RDKafkaErrorCode) -> bool {
@@ -170,5 +179,16 @@ mod tests {
         assert!(!text.contains("DESCRIBE_CONFIGS"), "{text}");
         assert!(text.contains("does not know the topic"), "{text}");
         assert!(!unknown.is_refused_by_authorizer());
+    }
+
+    #[test]
+    fn only_a_message_timeout_is_a_write_timeout() {
+        let write = |code| LedgerTopicError::Write {
+            topic: "l".into(),
+            source: rdkafka::error::KafkaError::MessageProduction(code),
+        };
+        assert!(write(RDKafkaErrorCode::MessageTimedOut).is_write_timeout());
+        assert!(!write(RDKafkaErrorCode::TopicAuthorizationFailed).is_write_timeout());
+        assert!(!LedgerTopicError::Missing { topic: "l".into() }.is_write_timeout());
     }
 }

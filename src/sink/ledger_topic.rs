@@ -10,7 +10,11 @@
 //!   the retention would expire, and its restart would look like a first
 //!   start). One partition keeps reading it back cheap; the topic is tiny.
 //! - **Written by the idempotent producer**, with the sink's properties
-//!   ([`client_config`]), one record at a time, awaited.
+//!   ([`client_config`]) but a `message.timeout.ms` of its own when the
+//!   relay gives one ([`LedgerTopic::with_write_timeout`]): one record at a
+//!   time, awaited. The relay's writer task abandons a write that passes
+//!   its age limit and replaces the producer
+//!   ([`renew_producer`](LedgerTopic::renew_producer)).
 //! - **Read from the beginning to the end** with read_committed isolation
 //!   ([`LedgerReader`]); the last value per key wins and a tombstone (null
 //!   value) deletes the key.
@@ -27,7 +31,7 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, NewTopic, TopicReplication};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer, PurgeConfig};
 use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
 use rdkafka::util::Timeout;
 use rdkafka::ClientContext;
@@ -207,6 +211,12 @@ impl ClientContext for LedgerContext {
     }
 }
 
+/// One write under way ([`LedgerTopic::start_write`]): (partition, offset)
+/// once Kafka acknowledged it.
+pub(crate) type LedgerWrite = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(i32, i64), LedgerTopicError>> + Send>,
+>;
+
 /// The ledger topic: ensure it, write entries, read them back.
 pub struct LedgerTopic {
     topic: String,
@@ -220,7 +230,20 @@ pub struct LedgerTopic {
 }
 
 impl LedgerTopic {
+    /// The topic, written with the sink's `message.timeout.ms`.
     pub fn new(brokers: &str, kafka: &KafkaConfig) -> Result<LedgerTopic, LedgerTopicError> {
+        LedgerTopic::with_write_timeout(brokers, kafka, None)
+    }
+
+    /// The topic, its writes given up by librdkafka after `write_timeout`
+    /// (`message.timeout.ms`, whatever `[kafka.properties]` says: the relay's
+    /// writer replaces a producer whose write hangs past it, see
+    /// `kafka.ledger_write_timeout`); `None`: the sink's.
+    pub fn with_write_timeout(
+        brokers: &str,
+        kafka: &KafkaConfig,
+        write_timeout: Option<Duration>,
+    ) -> Result<LedgerTopic, LedgerTopicError> {
         let client = |name, e| SinkError::Client {
             client: name,
             source: e,
@@ -233,6 +256,11 @@ impl LedgerTopic {
             .map_err(|e| client("admin client", e))?;
         let mut producer = client_config(brokers, &kafka.properties).map_err(SinkError::from)?;
         producer.set_log_level(delivery::log_level());
+        if let Some(timeout) = write_timeout {
+            producer
+                .remove("delivery.timeout.ms")
+                .set("message.timeout.ms", timeout.as_millis().to_string());
+        }
         let producer_config = producer.clone();
         let producer = producer
             .create_with_context(LedgerContext)
@@ -268,6 +296,10 @@ impl LedgerTopic {
                 })
             })?;
         let old = std::mem::replace(&mut self.producer, fresh);
+        // What it still holds must not land after what the new one writes:
+        // purged (a request already on the wire may still be appended: an
+        // older, acked position, see `progress::ledger::LedgerWrites`).
+        old.purge(PurgeConfig::default().queue().inflight().non_blocking());
         // Dropping a librdkafka client joins its threads: not on this one.
         tokio::task::spawn_blocking(move || drop(old));
         Ok(())
@@ -370,6 +402,33 @@ impl LedgerTopic {
     pub async fn write(&self, entry: &LedgerEntry) -> Result<(i32, i64), LedgerTopicError> {
         let (key, value) = ledger_record(entry);
         self.produce(&key, Some(&value)).await
+    }
+
+    /// Hands `entry` to the producer now; the future is Kafka's answer. It
+    /// borrows nothing, so the caller may give up on it (drop it) and
+    /// [`renew_producer`](Self::renew_producer) while it is pending.
+    pub(crate) fn start_write(&self, entry: &LedgerEntry) -> LedgerWrite {
+        let (key, value) = ledger_record(entry);
+        let record = FutureRecord::<str, [u8]>::to(&self.topic)
+            .key(&key)
+            .payload(&value);
+        let topic = self.topic.clone();
+        let write = self.producer.send_result(record).map_err(|(e, _)| e);
+        Box::pin(async move {
+            let failed = |source| LedgerTopicError::Write {
+                topic: topic.clone(),
+                source,
+            };
+            match write {
+                Err(e) => Err(failed(e)),
+                Ok(report) => match report.await {
+                    Ok(Ok(at)) => Ok(at),
+                    Ok(Err((e, _))) => Err(failed(e)),
+                    // The producer went away with the record.
+                    Err(_canceled) => Err(failed(KafkaError::Canceled)),
+                },
+            }
+        })
     }
 
     /// Deletes `identity`'s entry (a tombstone; compaction removes the key).

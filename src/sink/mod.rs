@@ -81,6 +81,7 @@ pub use error::SendError;
 pub(crate) use error::SinkError;
 pub use ledger_error::LedgerTopicError;
 pub use ledger_reader::{LedgerReader, ReadTo};
+pub(crate) use ledger_topic::LedgerWrite;
 pub use ledger_topic::{
     inspect_ledger_topic, ledger_record, new_ledger_topic, LedgerTopic, LedgerTopicState,
     LEDGER_TOPIC_PARTITIONS,

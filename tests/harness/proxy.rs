@@ -7,6 +7,13 @@
 //! deliver them. New connections made meanwhile are accepted (the proxy's
 //! kernel answers the SYN) but reach the server only after healing.
 //!
+//! It can also stall one client against a healthy server
+//! ([`Proxy::freeze_existing_on`]): a connection open at the call that then
+//! sends a given byte string (say a topic name in a Produce request) hangs
+//! from that chunk on, while every connection made later passes. A client
+//! then waits on a connection that never answers, as one stuck after a
+//! fenced broker does, and a fresh client of the same kind works at once.
+//!
 //! It can also put a server far away ([`Proxy::start_delayed`]): every chunk
 //! is forwarded a fixed time after it arrived, in each direction, with no
 //! limit on what is on its way (a long fat link, not a slow one). The
@@ -14,9 +21,9 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often an idle pump looks at the switch.
@@ -28,15 +35,44 @@ struct Switch {
     stop: AtomicBool,
     /// How long each chunk takes, one way.
     delay: Duration,
+    /// Numbers the connections in the order they were accepted.
+    accepted: AtomicU64,
+    /// Connections numbered below the first freeze on the second's bytes
+    /// (see [`Proxy::freeze_existing_on`]).
+    freeze: Mutex<Option<(u64, Vec<u8>)>>,
+    /// Connections frozen so far.
+    frozen: AtomicUsize,
+}
+
+/// One proxied connection, shared by its two pumps.
+#[derive(Default)]
+struct Link {
+    number: u64,
+    frozen: AtomicBool,
 }
 
 impl Switch {
-    /// Waits while the link is a black hole; false once the proxy stops.
-    fn wait_open(&self) -> bool {
-        while self.black_hole.load(SeqCst) && !self.stop.load(SeqCst) {
+    /// Waits while the link is a black hole or frozen; false once the
+    /// proxy stops.
+    fn wait_open(&self, link: &Link) -> bool {
+        while (self.black_hole.load(SeqCst) || link.frozen.load(SeqCst)) && !self.stop.load(SeqCst)
+        {
             std::thread::sleep(POLL);
         }
         !self.stop.load(SeqCst)
+    }
+
+    /// Freezes `link` when it existed at the freeze and `chunk`, from its
+    /// client, holds the freeze's bytes.
+    fn inspect(&self, link: &Link, chunk: &[u8]) {
+        let freeze = self.freeze.lock().unwrap();
+        let Some((below, bytes)) = freeze.as_ref() else {
+            return;
+        };
+        let holds = !bytes.is_empty() && chunk.windows(bytes.len()).any(|w| w == bytes);
+        if link.number < *below && holds && !link.frozen.swap(true, SeqCst) {
+            self.frozen.fetch_add(1, SeqCst);
+        }
     }
 }
 
@@ -67,7 +103,8 @@ impl Proxy {
                 match listener.accept() {
                     Ok((client, _)) => {
                         let s = Arc::clone(&s);
-                        std::thread::spawn(move || connect(client, upstream, s));
+                        let number = s.accepted.fetch_add(1, SeqCst);
+                        std::thread::spawn(move || connect(client, upstream, s, number));
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(POLL),
                     Err(_) => std::thread::sleep(POLL),
@@ -88,6 +125,23 @@ impl Proxy {
 
     pub fn heal(&self) {
         self.switch.black_hole.store(false, SeqCst);
+        *self.switch.freeze.lock().unwrap() = None;
+    }
+
+    /// Every connection open now that from now on sends `bytes` (in one
+    /// chunk read from its client) hangs from that chunk on, both ways,
+    /// until [`heal`](Self::heal); connections made later are never
+    /// frozen. Not for the delayed proxy.
+    pub fn freeze_existing_on(&self, bytes: &[u8]) {
+        assert!(self.switch.delay.is_zero(), "not for a delayed proxy");
+        let below = self.switch.accepted.load(SeqCst);
+        *self.switch.freeze.lock().unwrap() = Some((below, bytes.to_vec()));
+    }
+
+    /// How many connections [`freeze_existing_on`](Self::freeze_existing_on)
+    /// froze.
+    pub fn frozen(&self) -> usize {
+        self.switch.frozen.load(SeqCst)
     }
 }
 
@@ -97,9 +151,13 @@ impl Drop for Proxy {
     }
 }
 
-fn connect(client: TcpStream, upstream: SocketAddr, switch: Arc<Switch>) {
+fn connect(client: TcpStream, upstream: SocketAddr, switch: Arc<Switch>, number: u64) {
     let _ = client.set_nonblocking(false);
-    if !switch.wait_open() {
+    let link = Arc::new(Link {
+        number,
+        ..Link::default()
+    });
+    if !switch.wait_open(&link) {
         return;
     }
     let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(5)) else {
@@ -108,15 +166,16 @@ fn connect(client: TcpStream, upstream: SocketAddr, switch: Arc<Switch>) {
     let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else {
         return;
     };
-    let s = Arc::clone(&switch);
-    std::thread::spawn(move || pump(client, server, s));
-    pump(server2, client2, switch);
+    let (s, l) = (Arc::clone(&switch), Arc::clone(&link));
+    std::thread::spawn(move || pump(client, server, s, l, true));
+    pump(server2, client2, switch, link, false);
 }
 
 /// Copies `from` to `to` while the link is open; closes both at the end.
-fn pump(from: TcpStream, to: TcpStream, switch: Arc<Switch>) {
+/// `from_client`: the direction [`Switch::inspect`] looks at.
+fn pump(from: TcpStream, to: TcpStream, switch: Arc<Switch>, link: Arc<Link>, from_client: bool) {
     if switch.delay.is_zero() {
-        pump_now(from, to, switch);
+        pump_now(from, to, switch, &link, from_client);
     } else {
         pump_delayed(from, to, switch);
     }
@@ -156,11 +215,17 @@ fn pump_delayed(mut from: TcpStream, mut to: TcpStream, switch: Arc<Switch>) {
     let _ = from.shutdown(Shutdown::Both);
 }
 
-fn pump_now(mut from: TcpStream, mut to: TcpStream, switch: Arc<Switch>) {
+fn pump_now(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    switch: Arc<Switch>,
+    link: &Link,
+    from_client: bool,
+) {
     let _ = from.set_read_timeout(Some(POLL));
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        if !switch.wait_open() {
+        if !switch.wait_open(link) {
             break;
         }
         let n = match from.read(&mut buf) {
@@ -169,8 +234,11 @@ fn pump_now(mut from: TcpStream, mut to: TcpStream, switch: Arc<Switch>) {
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
             Err(_) => break,
         };
+        if from_client {
+            switch.inspect(link, &buf[..n]);
+        }
         // Read just as the switch flipped: hold it like the rest.
-        if !switch.wait_open() || to.write_all(&buf[..n]).is_err() {
+        if !switch.wait_open(link) || to.write_all(&buf[..n]).is_err() {
             break;
         }
     }

@@ -92,8 +92,8 @@ async fn ledger_entries_never_lead_the_acks_with_the_broker_paused() {
     // At the resume the broker's own controller often fences it for the
     // heartbeats it missed (seen after 8 s pauses too); librdkafka then finds
     // no leader and waits out `message.timeout.ms` (30 s) before the relay
-    // reconnects and the ledger's writer renews its producer. The waits
-    // below allow for that.
+    // reconnects (the ledger's writer replaces its producer sooner, after
+    // `kafka.ledger_write_timeout`). The waits below allow for that.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let received_in_pause = lsn_now(pg);
     broker.resume();
@@ -342,6 +342,123 @@ async fn the_ledger_topic_deleted_under_a_running_relay_is_loud_loses_nothing_an
     eprintln!(
         "ledger deleted: {delivered} of {} events delivered, the ledger back at {slot_at} after the restart",
         sent.len()
+    );
+    drop(relay);
+}
+
+/// Issue 38 §4: a ledger write that never gets an answer, made
+/// deterministic. The broker is reached through a proxy that, once armed,
+/// freezes every connection open at that moment as soon as it sends the
+/// ledger topic's name: the ledger producer's next Produce hangs on a
+/// connection that never answers (as one stuck after a fenced broker does)
+/// while the relay's data producer and every new client work. The ledger
+/// must catch up with the slot within its write timeout and a few status
+/// intervals. The writer that waited on one write at a time took
+/// `socket.timeout.ms` (30 s) and a retry: about 31 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_ledger_write_is_replaced_within_a_few_status_intervals() {
+    use crate::harness::http::{free_port, Scrape};
+    use crate::harness::proxy::Proxy;
+
+    /// `kafka.ledger_write_timeout` as derived for the harness's 200 ms
+    /// status interval (five intervals, at least 5 s).
+    const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The write timeout, a new producer's connection and metadata, a
+    /// status interval, and this test's polling (a fresh consumer per look).
+    const BUDGET: Duration = Duration::from_secs(10);
+
+    let port = free_port();
+    let proxy = Proxy::start(([127, 0, 0, 1], port).into());
+    let broker = tokio::task::block_in_place(|| KafkaBroker::start_behind(proxy.port(), port));
+    let slot = "ledgerstuck";
+    let ledger_topic = format!("{slot}-ledger");
+    let metrics = free_port();
+    let e = env(
+        broker.bootstrap(),
+        slot,
+        &format!("[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n"),
+    );
+    use_ledger_topic(&e, &ledger_topic);
+    let relay = Relay::start(&e);
+    let pg = &e.pg;
+    let b = &broker;
+    let last_entry = || {
+        ledger_entries(b, &ledger_topic)
+            .last()
+            .map(|(_, l)| l.confirmed_lsn)
+    };
+    let emit = |tag: &str| {
+        pg.psql(
+            "app",
+            &format!(
+                "SELECT outbox_emit('stuck', '{tag}' || g, 'created', '{{}}'::jsonb) \
+                 FROM generate_series(1, 10) g"
+            ),
+        );
+        lsn_now(pg)
+    };
+    let before = emit("before");
+    tokio::task::block_in_place(|| {
+        wait_for(
+            "the first events in the ledger",
+            Duration::from_secs(60),
+            || last_entry().is_some_and(|l| l >= before),
+        );
+    });
+
+    proxy.freeze_existing_on(ledger_topic.as_bytes());
+    let target = emit("after");
+    // The lag the relay exports while its ledger is behind, at its highest.
+    let mut lag_seen = 0f64;
+    let behind = tokio::task::block_in_place(|| {
+        wait_for("the slot past the events", Duration::from_secs(60), || {
+            confirmed_lsn(pg, slot) >= target
+        });
+        let slot_there = std::time::Instant::now();
+        let deadline = slot_there + Duration::from_secs(60);
+        while !last_entry().is_some_and(|l| l >= target) {
+            let lag = Scrape::take(metrics).get("outboxd_ledger_lag_seconds", "");
+            lag_seen = lag_seen.max(lag.unwrap_or(0.0));
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the ledger stays behind the slot (at {target}) for 60 s; last entry {:?}; \
+                 relay log:\n{}",
+                last_entry(),
+                relay.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        slot_there.elapsed()
+    });
+    let scrape = Scrape::take(metrics);
+    let stuck = scrape
+        .get("outboxd_ledger_write_failures_total", "reason=\"stuck\"")
+        .unwrap_or(0.0);
+    eprintln!(
+        "stuck ledger write: {} connection(s) frozen; the ledger reached the slot's position \
+         {target} {behind:?} after the slot (write timeout {WRITE_TIMEOUT:?}, budget {BUDGET:?}); \
+         {stuck} write(s) abandoned; lag at most {lag_seen} s, now {:?} s",
+        proxy.frozen(),
+        scrape.get("outboxd_ledger_lag_seconds", "")
+    );
+    assert!(
+        proxy.frozen() >= 1,
+        "no ledger connection was frozen: the fault was not injected"
+    );
+    assert!(
+        behind <= BUDGET,
+        "the ledger reached the slot {behind:?} after it (budget {BUDGET:?}); relay log:\n{}",
+        relay.log()
+    );
+    assert!(stuck >= 1.0, "no write counted as stuck");
+    assert!(
+        lag_seen >= 1.0,
+        "outboxd_ledger_lag_seconds never showed the ledger behind (at most {lag_seen})"
+    );
+    assert!(
+        relay.log().contains("cannot write the position ledger"),
+        "{}",
+        relay.log()
     );
     drop(relay);
 }
