@@ -54,6 +54,7 @@
 mod admin_refusal;
 mod client_log;
 mod config;
+pub(crate) mod connect_cause;
 mod delivery;
 pub(crate) mod error;
 mod ledger_error;
