@@ -21,6 +21,7 @@ mod names;
 mod partitioned;
 mod pg_restart;
 mod poison;
+mod secure;
 mod slot_loss;
 mod slow_commits;
 mod standby;
