@@ -146,6 +146,7 @@ impl Health {
         }
         self.kafka_failed.store(false, Relaxed);
         self.kafka.store(true, Relaxed);
+        crate::sink::clear_kafka_refusal();
         if !self.kafka_ever.swap(true, Relaxed) {
             tracing::info!("connected to Kafka");
         }
@@ -305,6 +306,13 @@ impl Health {
         }
         if let Some(holder) = self.standby() {
             return Err(format!("standby: {holder}"));
+        }
+        // Before PostgreSQL: a relay that cannot log in to Kafka never opens
+        // its replication stream, and the stream is not what to fix.
+        if !self.kafka_connected() {
+            if let Some(refusal) = crate::sink::kafka_refusal() {
+                return Err(format!("not connected to Kafka: {refusal}"));
+            }
         }
         if !self.postgres_connected() {
             return Err(

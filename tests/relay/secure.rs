@@ -15,7 +15,9 @@ use super::faults::join;
 use super::standby::readyz_until;
 use crate::harness::events::{payload_texts, verify_reading, ReadBack};
 use crate::harness::http::{free_port, get};
-use crate::harness::kafka_secure::{grant_relay_least_privilege, secured, Mode, RelayResources};
+use crate::harness::kafka_secure::{
+    grant_relay_least_privilege, secured, Mode, RelayResources, PASSWORD_VAR,
+};
 use crate::harness::relay::{edit_config, env, use_ledger_topic, Relay};
 use crate::ops::check::support::check_with;
 
@@ -181,4 +183,43 @@ async fn mutual_tls_relays_in_both_modes_with_least_privilege() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oauthbearer_relays_in_both_modes_with_least_privilege() {
     both_delivery_modes(Mode::OAuthBearer).await;
+}
+
+/// Issue 40 §4: while Kafka refuses the relay's login, `/readyz` and the
+/// log say so, naming the setting, and not PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_makes_readyz_name_kafka_and_the_setting() {
+    let kafka = tokio::task::block_in_place(secured);
+    let mode = Mode::ScramSha512;
+    let slot = "sec_wrongpw";
+    let extra = format!("[kafka.properties]\n{}", kafka.properties(mode));
+    let e = env(kafka.bootstrap(mode), slot, &extra);
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let wrong = "not-the-password";
+    let relay = Relay::start_with_env(
+        &e,
+        &[
+            (PASSWORD_VAR, wrong),
+            ("OUTBOXD_METRICS__LISTEN", listen.as_str()),
+        ],
+    );
+    let named = |_: u16, body: &str| body.contains("Kafka") && body.contains("sasl.password");
+    let answer = tokio::task::block_in_place(|| readyz_until(port, Duration::from_secs(60), named));
+    eprintln!("/readyz with a wrong password: {answer:?}");
+    let log = relay.log();
+    assert!(
+        answer
+            .as_ref()
+            .is_some_and(|(s, b)| *s == 503 && named(*s, b)),
+        "/readyz: {answer:?}\nrelay log:\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("Kafka refused the connection") && l.contains("sasl.password")),
+        "the log does not name Kafka's refusal and the setting:\n{log}"
+    );
+    for text in [log.as_str(), &format!("{answer:?}")] {
+        assert!(!text.contains(wrong) && !text.contains(kafka.secret()));
+    }
 }
