@@ -28,9 +28,9 @@ pub enum ConnectCause {
     CertificateExpired,
     /// The broker's certificate is not signed by a CA the client trusts.
     UnknownCa,
-    /// The certificate check failed and the text does not say why: an
-    /// unknown CA or a host name mismatch (`check` tells them apart with a
-    /// second connection that skips the host name).
+    /// The certificate check failed and the text does not say why (OpenSSL
+    /// 3 says "certificate verify failed" for every reason; `check` asks
+    /// again with a verification callback that sees OpenSSL's result).
     CertificateUnverified,
     /// The client speaks another protocol than the listener (TLS to a
     /// PLAINTEXT port, PLAINTEXT or SASL to a TLS port).
@@ -99,6 +99,22 @@ impl ConnectCause {
             Some(ConnectCause::Unreachable)
         } else {
             None
+        }
+    }
+
+    /// The cause OpenSSL's certificate verification result (`X509_V_ERR_*`)
+    /// names, if it names one of ours.
+    pub fn from_x509_error(code: i32) -> Option<ConnectCause> {
+        match code {
+            // CERT_NOT_YET_VALID, CERT_HAS_EXPIRED
+            9 | 10 => Some(ConnectCause::CertificateExpired),
+            // HOSTNAME_MISMATCH, IP_ADDRESS_MISMATCH
+            62 | 64 => Some(ConnectCause::HostName),
+            // UNABLE_TO_GET_ISSUER_CERT, DEPTH_ZERO_SELF_SIGNED_CERT,
+            // SELF_SIGNED_CERT_IN_CHAIN, UNABLE_TO_GET_ISSUER_CERT_LOCALLY,
+            // UNABLE_TO_VERIFY_LEAF_SIGNATURE
+            2 | 18 | 19 | 20 | 21 => Some(ConnectCause::UnknownCa),
+            _ => None,
         }
     }
 
@@ -267,6 +283,19 @@ mod tests {
             ),
             Some(UnknownCa)
         );
+    }
+
+    #[test]
+    fn openssl_verification_results_name_the_certificate_cause() {
+        assert_eq!(ConnectCause::from_x509_error(10), Some(CertificateExpired));
+        assert_eq!(ConnectCause::from_x509_error(9), Some(CertificateExpired));
+        assert_eq!(ConnectCause::from_x509_error(62), Some(HostName));
+        assert_eq!(ConnectCause::from_x509_error(64), Some(HostName));
+        assert_eq!(ConnectCause::from_x509_error(20), Some(UnknownCa));
+        assert_eq!(ConnectCause::from_x509_error(19), Some(UnknownCa));
+        assert_eq!(ConnectCause::from_x509_error(0), None);
+        // CERT_REVOKED: none of ours, the generic text stays.
+        assert_eq!(ConnectCause::from_x509_error(23), None);
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
             return lines;
         }
     };
-    let reach = match kafka_reach::reach(&brokers, &cfg, &[], METADATA_TIMEOUT).await {
+    let reach = match kafka_reach::reach(&brokers, &cfg, METADATA_TIMEOUT).await {
         Ok(reach) => reach,
         Err(e) => {
             let mut lines = skipped("no Kafka client (see kafka)");
@@ -70,12 +70,19 @@ pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
             cause: Some(cause),
             said,
             ..
-        } => {
-            let cause = match cause {
+        } if cause.is_refusal() => {
+            let (cause, said) = match cause {
+                // librdkafka's text for it blames ssl.ca.location whatever
+                // the reason: not quoted once the reason is known.
                 ConnectCause::CertificateUnverified => {
-                    kafka_reach::unverified_certificate(&brokers, &cfg, METADATA_TIMEOUT).await
+                    match kafka_reach::unverified_certificate(&brokers, &cfg, METADATA_TIMEOUT)
+                        .await
+                    {
+                        ConnectCause::CertificateUnverified => (cause, said),
+                        known => (known, None),
+                    }
                 }
-                cause => cause,
+                cause => (cause, said),
             };
             let mut lines = skipped("Kafka refused the connection (see kafka)");
             let said = said.map_or(String::new(), |s| format!(" (librdkafka: {s})"));
@@ -85,12 +92,17 @@ pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
             );
             lines
         }
-        Reach::Failed { error, .. } => {
+        // Not a refusal: the broker may be down, or not up yet.
+        Reach::Failed { cause, said, error } => {
+            let why = match (cause, said) {
+                (Some(cause), Some(said)) => format!("{cause} (librdkafka: {said})"),
+                _ => error.to_string(),
+            };
             let mut lines = skipped("Kafka did not answer (see kafka)");
             lines[0] = Line::fail(
                 "kafka",
                 format!(
-                    "no metadata from kafka.brokers = {brokers:?} within {}s: {error}; check the \
+                    "no metadata from kafka.brokers = {brokers:?} within {}s: {why}; check the \
                      addresses, that the brokers run and are reachable from here, and the security \
                      settings in [kafka.properties]",
                     METADATA_TIMEOUT.as_secs()

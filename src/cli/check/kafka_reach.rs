@@ -4,12 +4,17 @@
 //! password, certificate, protocol) is certain at the first failed login, so
 //! it is reported then, not at the end of the timeout.
 
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rdkafka::bindings as rd;
+use rdkafka::client::Client;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaType;
 use rdkafka::ClientContext;
 
 use crate::config::Config;
@@ -93,18 +98,10 @@ impl ClientContext for Watch {
 }
 
 /// Asks for the cluster's metadata until `timeout`, with the relay's client
-/// settings plus `overrides`; stops early at a refusal.
-pub(super) async fn reach(
-    brokers: &str,
-    cfg: &Config,
-    overrides: &[(&str, &str)],
-    timeout: Duration,
-) -> Result<Reach, String> {
+/// settings; stops early at a refusal.
+pub(super) async fn reach(brokers: &str, cfg: &Config, timeout: Duration) -> Result<Reach, String> {
     let mut config =
         admin_client_config(brokers, &cfg.kafka.properties).map_err(|e| e.to_string())?;
-    for (key, value) in overrides {
-        config.set(*key, *value);
-    }
     // A connection closed at the first request is logged at info.
     config.set_log_level(RDKafkaLogLevel::Info);
     // A consumer (no group, never subscribed), not an admin client: its
@@ -137,33 +134,95 @@ pub(super) async fn reach(
 }
 
 /// The cause to report for a certificate that failed verification without
-/// saying why: asked again without host name verification, a broker that
-/// then answers (or fails for another reason) has a certificate from a
-/// trusted CA for another host.
+/// librdkafka saying why: asked again with a certificate verification
+/// callback, which sees OpenSSL's verdict (expired, another host, unknown
+/// issuer) and keeps the first failure; the verdict itself is OpenSSL's, as
+/// without the callback.
 pub(super) async fn unverified_certificate(
     brokers: &str,
     cfg: &Config,
     timeout: Duration,
 ) -> ConnectCause {
-    let again = reach(
-        brokers,
-        cfg,
-        &[("ssl.endpoint.identification.algorithm", "none")],
-        timeout,
-    )
-    .await;
-    match again {
-        Ok(Reach::Answered(_)) => ConnectCause::HostName,
-        Ok(Reach::Failed {
-            cause: Some(ConnectCause::CertificateUnverified | ConnectCause::UnknownCa),
-            ..
-        }) => ConnectCause::UnknownCa,
-        Ok(Reach::Failed {
-            cause: Some(ConnectCause::CertificateExpired),
-            ..
-        }) => ConnectCause::CertificateExpired,
-        // Past TLS this time (a login refused, say): only the name was wrong.
-        Ok(Reach::Failed { cause: Some(c), .. }) if c.is_refusal() => ConnectCause::HostName,
-        _ => ConnectCause::CertificateUnverified,
+    const UNKNOWN: ConnectCause = ConnectCause::CertificateUnverified;
+    let Some(client) = certificate_watching_client(brokers, cfg) else {
+        return UNKNOWN;
+    };
+    tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let answered = client.fetch_metadata(None, left.min(ASK_EVERY)).is_ok();
+            let code = client.context().first_error.load(Ordering::Acquire);
+            if code != 0 {
+                return ConnectCause::from_x509_error(code).unwrap_or(UNKNOWN);
+            }
+            if answered || Instant::now() >= deadline {
+                return UNKNOWN;
+            }
+        }
+    })
+    .await
+    .unwrap_or(UNKNOWN)
+}
+
+/// A client with the relay's settings whose certificate verification
+/// callback keeps OpenSSL's first failure in its [`CertWatch`].
+fn certificate_watching_client(brokers: &str, cfg: &Config) -> Option<Client<CertWatch>> {
+    let config = admin_client_config(brokers, &cfg.kafka.properties).ok()?;
+    let native = config.create_native_config().ok()?;
+    // SAFETY: `native` is a valid configuration, and `verify_certificate`
+    // matches the callback type librdkafka declares.
+    unsafe {
+        rd::rd_kafka_conf_set_ssl_cert_verify_cb(native.ptr(), Some(verify_certificate));
     }
+    Client::new(
+        &config,
+        native,
+        RDKafkaType::RD_KAFKA_CONSUMER,
+        CertWatch::default(),
+    )
+    .ok()
+}
+
+/// The first failed certificate verification (OpenSSL's `X509_V_ERR_*`)
+/// of [`unverified_certificate`]'s client; 0 while none failed.
+#[derive(Default)]
+struct CertWatch {
+    first_error: AtomicI32,
+}
+
+impl ClientContext for CertWatch {
+    // Its texts are the first probe's again: not wanted twice.
+    fn log(&self, _: RDKafkaLogLevel, _: &str, _: &str) {}
+    fn error(&self, _: KafkaError, _: &str) {}
+}
+
+/// librdkafka's certificate verification callback, called by a broker
+/// thread for each certificate of the chain with OpenSSL's verdict so far:
+/// keeps the verdict (accepts what OpenSSL accepts, refuses the rest).
+unsafe extern "C" fn verify_certificate(
+    _: *mut rd::rd_kafka_t,
+    _: *const c_char,
+    _: i32,
+    x509_error: *mut c_int,
+    _: c_int,
+    _: *const c_char,
+    _: usize,
+    _: *mut c_char,
+    _: usize,
+    opaque: *mut c_void,
+) -> c_int {
+    // SAFETY: librdkafka passes a valid pointer to the verdict.
+    let code = unsafe { *x509_error };
+    if code == 0 {
+        return 1;
+    }
+    // SAFETY: the opaque pointer is the one rdkafka's `Client` set, its
+    // context: a `CertWatch` that lives as long as the client whose broker
+    // threads call this.
+    let watch = unsafe { &*(opaque as *const CertWatch) };
+    let _ = watch
+        .first_error
+        .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+    0
 }
