@@ -27,7 +27,9 @@
 #   KAFKA_WATCHDOG_RMDIR=1  ... and then deletes DIR (for temporary dirs nobody else cleans)
 #   KAFKA_HEAP        JVM heap options (default "-Xms128m -Xmx512m")
 #   KAFKA_EXTRA_PROPERTIES  lines appended to server.properties (later lines win), e.g. an
-#                     authorizer or transaction.state.log.replication.factor=3 for a test
+#                     authorizer or transaction.state.log.replication.factor=3 for a test;
+#                     in a single broker's, @PORT@ and @CPORT@ become its PLAINTEXT and
+#                     controller ports (for a listeners= line with further listeners)
 #   KAFKA_START_TIMEOUT  seconds to wait for readiness (default 60)
 #   JAVA              java binary (default: $JAVA_HOME/bin/java, else java on PATH)
 #
@@ -271,7 +273,10 @@ background.threads=2
 log.cleaner.threads=1
 EOF
   if [[ -n "${KAFKA_EXTRA_PROPERTIES:-}" ]]; then
-    printf '# KAFKA_EXTRA_PROPERTIES\n%s\n' "$KAFKA_EXTRA_PROPERTIES" >>"$dir/server.properties"
+    # @PORT@ and @CPORT@ stand for the two ports picked here, so that extra listeners can
+    # be declared beside them.
+    local extra="${KAFKA_EXTRA_PROPERTIES//@PORT@/$port}"
+    printf '# KAFKA_EXTRA_PROPERTIES\n%s\n' "${extra//@CPORT@/$cport}" >>"$dir/server.properties"
   fi
 }
 

@@ -9,6 +9,7 @@
 
 mod columns;
 mod kafka;
+mod kafka_reach;
 mod line;
 mod postgres;
 mod postgres_facts;

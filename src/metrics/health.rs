@@ -149,6 +149,7 @@ impl Health {
         }
         self.kafka_failed.store(false, Relaxed);
         self.kafka.store(true, Relaxed);
+        crate::sink::clear_kafka_refusal();
         if !self.kafka_ever.swap(true, Relaxed) {
             tracing::info!("connected to Kafka");
         }
@@ -338,6 +339,13 @@ impl Health {
         // the cause worth naming.
         if let Some(cause) = &*self.lock_registry() {
             return Err(format!("schema registry unavailable: {cause}"));
+        }
+        // Before PostgreSQL: a relay that cannot log in to Kafka never opens
+        // its replication stream, and the stream is not what to fix.
+        if !self.kafka_connected() {
+            if let Some(refusal) = crate::sink::kafka_refusal() {
+                return Err(format!("not connected to Kafka: {refusal}"));
+            }
         }
         if !self.postgres_connected() {
             return Err(

@@ -9,11 +9,26 @@
 //! warns "Ignored event 'Error' on base producer poll" about that same event
 //! (through the `log` crate), which says nothing the error did not.
 //! [`QuietRdkafka`] drops that warning.
+//!
+//! A broker turning a client away (wrong password, certificate, protocol:
+//! see [`ConnectCause`]) is only in these lines; librdkafka reports it
+//! upwards as a transport failure. So they are read here: the refusal is
+//! logged once with the setting to fix, and kept for `/readyz`
+//! ([`kafka_refusal`]) until Kafka is reached again.
+
+use std::sync::Mutex;
 
 use rdkafka::config::RDKafkaLogLevel;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
+
+use super::connect_cause::{trim_librdkafka_text, ConnectCause};
+
+/// The last refusal of this process's clients, as `/readyz` tells it.
+/// Process-wide because librdkafka's log lines reach the clients' contexts,
+/// which know nothing of the relay; one process runs one relay.
+static REFUSAL: Mutex<Option<(ConnectCause, String)>> = Mutex::new(None);
 
 /// One librdkafka log line as a tracing event under the `librdkafka` target.
 pub(super) fn forward_log(level: RDKafkaLogLevel, fac: &str, message: &str) {
@@ -24,6 +39,9 @@ pub(super) fn forward_log(level: RDKafkaLogLevel, fac: &str, message: &str) {
     } else {
         level
     };
+    if fac == "FAIL" {
+        note_refusal(message);
+    }
     let (thread, message) = split_thread(message);
     let thread = thread.unwrap_or_default();
     match level {
@@ -39,6 +57,36 @@ pub(super) fn forward_log(level: RDKafkaLogLevel, fac: &str, message: &str) {
         }
         RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", fac, thread, "{message}"),
     }
+}
+
+/// Keeps a broker's refusal for [`kafka_refusal`], and logs it when it is
+/// not the one kept already.
+fn note_refusal(message: &str) {
+    let Some(cause) = ConnectCause::classify(message).filter(|c| c.is_refusal()) else {
+        return;
+    };
+    let said = trim_librdkafka_text(message);
+    let mut kept = REFUSAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !matches!(kept.as_ref(), Some((c, _)) if *c == cause) {
+        tracing::error!(target: "outboxd::kafka", "Kafka refused the connection: {cause}");
+    }
+    *kept = Some((cause, refusal_text(cause, said)));
+}
+
+fn refusal_text(cause: ConnectCause, said: &str) -> String {
+    format!("{cause} (librdkafka: {said})")
+}
+
+/// Why a broker last turned this process's clients away, with the setting
+/// to fix; `None` when none did since Kafka was last reached.
+pub(crate) fn kafka_refusal() -> Option<String> {
+    let kept = REFUSAL.lock().unwrap_or_else(|e| e.into_inner());
+    kept.as_ref().map(|(_, text)| text.clone())
+}
+
+/// Kafka was reached: an earlier refusal is history.
+pub(crate) fn clear_kafka_refusal() {
+    *REFUSAL.lock().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
 /// `[thrd:NAME]: rest` → (`NAME`, `rest`); other lines are left whole.

@@ -54,6 +54,7 @@
 mod admin_refusal;
 mod client_log;
 mod config;
+pub(crate) mod connect_cause;
 mod delivery;
 pub(crate) mod error;
 mod ledger_error;
@@ -73,6 +74,7 @@ mod mock_tests;
 mod transaction_mock_tests;
 
 pub use client_log::QuietRdkafka;
+pub(crate) use client_log::{clear_kafka_refusal, kafka_refusal};
 pub(crate) use config::{admin_client_config, producer_config, QueueBound};
 pub use delivery::{
     classify, Delivered, DeliveryContext, DeliveryFailure, DeliveryReport, FailureKind, StatsHook,

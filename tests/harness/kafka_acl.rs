@@ -36,6 +36,7 @@ pub fn deny_anonymous(
 ) {
     create_acl(
         bootstrap,
+        ANONYMOUS,
         resource,
         name,
         pattern,
@@ -53,8 +54,25 @@ pub fn allow_anonymous(
     pattern: Pattern,
     operation: Operation,
 ) {
+    allow(bootstrap, ANONYMOUS, resource, name, pattern, operation)
+}
+
+/// Every PLAINTEXT client.
+const ANONYMOUS: &str = "User:ANONYMOUS";
+
+/// Allows `principal` (`User:name`) `operation` on the resources `name`
+/// matches, through `bootstrap` (a listener whose principal may alter ACLs).
+pub fn allow(
+    bootstrap: &str,
+    principal: &str,
+    resource: Resource,
+    name: &str,
+    pattern: Pattern,
+    operation: Operation,
+) {
     create_acl(
         bootstrap,
+        principal,
         resource,
         name,
         pattern,
@@ -65,6 +83,7 @@ pub fn allow_anonymous(
 
 fn create_acl(
     bootstrap: &str,
+    principal: &str,
     resource: Resource,
     name: &str,
     pattern: Pattern,
@@ -76,7 +95,7 @@ fn create_acl(
         .create()
         .expect("admin client");
     let name = CString::new(name).unwrap();
-    let principal = CString::new("User:ANONYMOUS").unwrap();
+    let principal = CString::new(principal).unwrap();
     let host = CString::new("*").unwrap();
     let mut errstr = [0 as c_char; 512];
     let rk = admin.inner().native_ptr();

@@ -6,6 +6,7 @@ pub mod http;
 pub mod kafka;
 pub mod kafka_acl;
 pub mod kafka_cluster;
+pub mod kafka_secure;
 pub mod outboxd;
 pub mod pg;
 pub mod pg_tls;

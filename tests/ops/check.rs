@@ -6,6 +6,7 @@
 mod acl;
 mod exactly_once;
 mod ledger;
+mod secure;
 pub(crate) mod support;
 
 use std::process::{Command, Stdio};

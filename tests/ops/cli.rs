@@ -276,3 +276,42 @@ fn run_relays_what_tail_printed() {
         got[0].value_str()
     );
 }
+
+/// Issue 40: the secrets of each Kafka security mode (a SASL password, the
+/// client key's pass phrase), from the environment, are in no output of
+/// `check` with debug logs, whether the broker takes them or not, nor in
+/// the error quoting a broken line of the file that holds their reference.
+#[test]
+fn kafka_secrets_of_every_security_mode_are_in_no_output() {
+    use crate::harness::kafka_secure::{secured, Mode, PASSWORD_VAR};
+    let kafka = secured();
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = "Hunter2-kafka";
+    for mode in Mode::ALL {
+        let properties = kafka.properties(mode);
+        let text = format!(
+            "[postgres]\nurl = \"postgresql://postgres@127.0.0.1:1/app\"\nslot = \"s\"\n\
+             [kafka]\nbrokers = \"{}\"\n[kafka.properties]\n{properties}",
+            kafka.bootstrap(mode)
+        );
+        let config = dir.path().join(format!("{}.toml", mode.tag()));
+        std::fs::write(&config, &text).unwrap();
+        // The reference's closing quote missing: the line is quoted.
+        let broken = dir.path().join(format!("{}-broken.toml", mode.tag()));
+        let reference = format!("\"${{{PASSWORD_VAR}}}\"");
+        let unclosed = text.replacen(&reference, &reference[..reference.len() - 1], 1);
+        std::fs::write(&broken, unclosed).unwrap();
+        for secret in [kafka.secret(), wrong] {
+            for config in [&config, &broken] {
+                let out = outboxd("check", config, &[(PASSWORD_VAR, secret)]);
+                assert!(
+                    !out.text.contains(secret),
+                    "check ({mode:?}) printed the secret with {}:\n{}",
+                    config.display(),
+                    out.text
+                );
+                assert!(matches!(out.code, Some(1 | 2)), "{mode:?}: {}", out.text);
+            }
+        }
+    }
+}

@@ -22,6 +22,7 @@ mod partitioned;
 mod pg_restart;
 mod pg_secure;
 mod poison;
+mod secure;
 mod slot_loss;
 mod slow_commits;
 mod standby;

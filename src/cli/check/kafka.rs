@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaRespErr;
 
 use crate::config::routing::{parse_template, TemplatePart};
@@ -22,7 +21,9 @@ use crate::sink::{
     LEDGER_TOPIC_PARTITIONS,
 };
 
+use super::kafka_reach::{self, Reach};
 use super::line::Line;
+use crate::sink::connect_cause::ConnectCause;
 use crate::sink::probe::ledger_replicas;
 
 /// One metadata round trip, as the relay's topic manager allows.
@@ -46,16 +47,16 @@ pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
             return lines;
         }
     };
-    let reach = {
-        let admin = Arc::clone(&admin);
-        blocking(move || {
-            let md = admin.inner().fetch_metadata(None, METADATA_TIMEOUT)?;
-            Ok(md.brokers().len())
-        })
-        .await
+    let reach = match kafka_reach::reach(&brokers, &cfg, METADATA_TIMEOUT).await {
+        Ok(reach) => reach,
+        Err(e) => {
+            let mut lines = skipped("no Kafka client (see kafka)");
+            lines[0] = Line::fail("kafka", e);
+            return lines;
+        }
     };
     match reach {
-        Ok(n) => {
+        Reach::Answered(n) => {
             let mut lines = vec![Line::ok(
                 "kafka",
                 format!("{n} broker(s) answered a metadata request via {brokers}"),
@@ -65,12 +66,43 @@ pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
             lines.push(idempotence_line(&brokers, &cfg).await);
             lines
         }
-        Err(e) => {
+        Reach::Failed {
+            cause: Some(cause),
+            said,
+            ..
+        } if cause.is_refusal() => {
+            let (cause, said) = match cause {
+                // librdkafka's text for it blames ssl.ca.location whatever
+                // the reason: not quoted once the reason is known.
+                ConnectCause::CertificateUnverified => {
+                    match kafka_reach::unverified_certificate(&brokers, &cfg, METADATA_TIMEOUT)
+                        .await
+                    {
+                        ConnectCause::CertificateUnverified => (cause, said),
+                        known => (known, None),
+                    }
+                }
+                cause => (cause, said),
+            };
+            let mut lines = skipped("Kafka refused the connection (see kafka)");
+            let said = said.map_or(String::new(), |s| format!(" (librdkafka: {s})"));
+            lines[0] = Line::fail(
+                "kafka",
+                format!("kafka.brokers = {brokers:?}: {cause}{said}"),
+            );
+            lines
+        }
+        // Not a refusal: the broker may be down, or not up yet.
+        Reach::Failed { cause, said, error } => {
+            let why = match (cause, said) {
+                (Some(cause), Some(said)) => format!("{cause} (librdkafka: {said})"),
+                _ => error.to_string(),
+            };
             let mut lines = skipped("Kafka did not answer (see kafka)");
             lines[0] = Line::fail(
                 "kafka",
                 format!(
-                    "no metadata from kafka.brokers = {brokers:?} within {}s: {e}; check the \
+                    "no metadata from kafka.brokers = {brokers:?} within {}s: {why}; check the \
                      addresses, that the brokers run and are reachable from here, and the security \
                      settings in [kafka.properties]",
                     METADATA_TIMEOUT.as_secs()
@@ -79,15 +111,6 @@ pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
             lines
         }
     }
-}
-
-/// Runs a blocking librdkafka call on the blocking pool.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, KafkaError> + Send + 'static,
-) -> Result<T, KafkaError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or(Err(KafkaError::Canceled))
 }
 
 /// Topic templates and where each is configured. Topics the relay may
