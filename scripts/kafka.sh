@@ -606,9 +606,11 @@ EOF
     cluster_watchdog "$KAFKA_PARENT_PID" "$dir"
   fi
   # Together: a node is ready only once a majority of the controllers is.
+  # Three JVMs starting at once on a busy 2-core host take longer than one.
   local -a pids=()
   for i in $(seq 1 "$n"); do
-    KAFKA_WATCHDOG_RMDIR=0 start "$dir/node-$i" >"$dir/node-$i/address" &
+    KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-120}" KAFKA_WATCHDOG_RMDIR=0 \
+      start "$dir/node-$i" >"$dir/node-$i/address" &
     pids+=($!)
   done
   local failed=0

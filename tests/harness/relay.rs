@@ -88,13 +88,24 @@ impl Relay {
     /// Like [`start_with_env`](Self::start_with_env), with extra arguments
     /// to `outboxd run` (e.g. `--accept-gap`).
     pub fn start_with(env: &Env, vars: &[(&str, &str)], args: &[&str]) -> Relay {
+        Relay::start_with_config(env, &env.config, vars, args)
+    }
+
+    /// Like [`start`](Self::start), from another config file than `env`'s
+    /// own: a second relay on the same database (its own slot, topics and
+    /// ledger), its log beside the first's.
+    pub fn start_config(env: &Env, config: &Path) -> Relay {
+        Relay::start_with_config(env, config, &[], &[])
+    }
+
+    fn start_with_config(env: &Env, config: &Path, vars: &[(&str, &str)], args: &[&str]) -> Relay {
         let log = env
             .dir
             .path()
             .join(format!("relay-{}.log", uuid::Uuid::new_v4()));
         let child = Command::new(bin())
             .args(["run", "--config"])
-            .arg(&env.config)
+            .arg(config)
             .args(args)
             // The per-event trail lets a failed read-back say whether the
             // relay sent a missing event and where Kafka said it put it.
