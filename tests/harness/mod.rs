@@ -13,5 +13,6 @@ pub mod python;
 pub mod registry;
 pub mod relay;
 pub mod standby;
+pub mod topic_reader;
 pub mod wait;
 pub mod watchdog;
