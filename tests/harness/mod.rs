@@ -16,3 +16,4 @@ pub mod standby;
 pub mod topic_reader;
 pub mod wait;
 pub mod watchdog;
+pub mod writers;
