@@ -639,11 +639,17 @@ cluster_watchdog() { # parent_pid dir
 
 cluster_stop() {
   [[ $# -eq 1 ]] || usage
-  local node
+  local node pid
+  local -a stopping=()
   for node in "$1"/node-*; do
-    [[ -d "$node" ]] && stop "$node" &
+    [[ -d "$node" ]] || continue
+    stop "$node" &
+    stopping+=($!)
   done
-  wait
+  # Only these: a bare `wait` would also wait for the cluster's watchdog,
+  # which cluster_start forks and which lives as long as the test process
+  # (a failed start would then never return).
+  for pid in "${stopping[@]}"; do wait "$pid" || true; done
   net_down "$1"
 }
 
