@@ -174,6 +174,23 @@ async fn life(run: &str, faults: &[Fault], first_starts: usize) {
     if let Err(e) = calm_after(&load, &sides, now_ms()).await {
         failures.push(format!("before the first fault: {e}"));
     }
+    // outboxd made its ledger with `kafka.ledger_replication_factor` = 3.
+    let ledgers: Vec<_> = block_in_place(|| c.layout())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|((t, _), _)| {
+            prefixes
+                .iter()
+                .any(|p| t.starts_with(&format!("{p}.ledger.")))
+        })
+        .map(|((t, p), (_, replicas, _))| (t, p, replicas.len()))
+        .collect();
+    if ledgers.len() != 2 || ledgers.iter().any(|&(_, _, n)| n != 3) {
+        failures.push(format!(
+            "the ledgers, (topic, partition, replicas): {ledgers:?}; wanted one partition each \
+             on 3 replicas"
+        ));
+    }
     let mut phases: Vec<Phase> = Vec::new();
     for &fault in faults {
         if !failures.is_empty() {
