@@ -116,7 +116,7 @@ async fn faults_of_a_3_broker_cluster_under_load_in_both_modes() {
 
 /// The leader of every partition of the run cut off for 60 s. Fails today:
 /// at-least-once stalls until its produce request to the cut-off leader
-/// times out (about 30 s; the bound is 19 s; 2 of 2 runs), and once a batch
+/// times out (about 30 s; the bound is 19 s; 3 of 3 runs), and once a batch
 /// of later records librdkafka had sent to the new leader landed before
 /// the re-sent earlier ones ("Gap-less ordering would not be guaranteed",
 /// "Purged in flight"): per-key order by first sight broke, 2,018 records
