@@ -611,9 +611,11 @@ EOF
     cluster_watchdog "$KAFKA_PARENT_PID" "$dir"
   fi
   # Together: a node is ready only once a majority of the controllers is.
+  # Three JVMs starting at once on a busy 2-core host take longer than one.
   local -a pids=()
   for i in $(seq 1 "$n"); do
-    KAFKA_WATCHDOG_RMDIR=0 start "$dir/node-$i" >"$dir/node-$i/address" &
+    KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-120}" KAFKA_WATCHDOG_RMDIR=0 \
+      start "$dir/node-$i" >"$dir/node-$i/address" &
     pids+=($!)
   done
   local failed=0
@@ -642,11 +644,17 @@ cluster_watchdog() { # parent_pid dir
 
 cluster_stop() {
   [[ $# -eq 1 ]] || usage
-  local node
+  local node pid
+  local -a stopping=()
   for node in "$1"/node-*; do
-    [[ -d "$node" ]] && stop "$node" &
+    [[ -d "$node" ]] || continue
+    stop "$node" &
+    stopping+=($!)
   done
-  wait
+  # Only these: a bare `wait` would also wait for the cluster's watchdog,
+  # which cluster_start forks and which lives as long as the test process
+  # (a failed start would then never return).
+  for pid in "${stopping[@]}"; do wait "$pid" || true; done
   net_down "$1"
 }
 

@@ -569,7 +569,7 @@ impl KafkaBroker {
     /// A `read_committed` consumer that never joins its group or commits
     /// (the readers assign partitions themselves; librdkafka still wants a
     /// `group.id`), reporting each partition's end when `eof`.
-    fn reader(&self, group: &str, eof: bool, fetch_wait_ms: u32) -> BaseConsumer {
+    pub(crate) fn reader(&self, group: &str, eof: bool, fetch_wait_ms: u32) -> BaseConsumer {
         ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
             .set("group.id", group)
@@ -660,7 +660,11 @@ impl KafkaBroker {
 /// ids; `None` without metadata by `deadline`. The topic may not exist yet
 /// (the code under test creates it) or the broker may be paused or
 /// restarting: asked again until then.
-fn assign_from_start(consumer: &BaseConsumer, topic: &str, deadline: Instant) -> Option<Vec<i32>> {
+pub(crate) fn assign_from_start(
+    consumer: &BaseConsumer,
+    topic: &str,
+    deadline: Instant,
+) -> Option<Vec<i32>> {
     let parts = loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -683,7 +687,7 @@ fn assign_from_start(consumer: &BaseConsumer, topic: &str, deadline: Instant) ->
     Some(parts)
 }
 
-fn to_record(m: &BorrowedMessage<'_>) -> Record {
+pub(crate) fn to_record(m: &BorrowedMessage<'_>) -> Record {
     Record {
         topic: m.topic().to_string(),
         partition: m.partition(),

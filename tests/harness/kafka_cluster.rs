@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -246,6 +247,57 @@ impl KafkaCluster {
             r.unwrap_or_else(|(t, code)| panic!("create topic {t}: {code:?}"));
         }
         self.wait_full_isr(Duration::from_secs(60));
+        self.wait_known_everywhere(name, partitions, Duration::from_secs(30));
+    }
+
+    /// Waits until every node answers a metadata request with all of
+    /// `topic`'s partitions: a new topic reaches each broker when it applies
+    /// the controller's record, and a client that asks one that has not yet
+    /// is told the topic does not exist. Says which nodes did not know it
+    /// at first.
+    pub fn wait_known_everywhere(&self, topic: &str, partitions: i32, timeout: Duration) {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut late = Vec::new();
+        for (node, address) in self.nodes.iter().zip(self.bootstrap.split(',')) {
+            // A fresh client that knows only this node asks it first.
+            let client: AdminClient<DefaultClientContext> = ClientConfig::new()
+                .set("bootstrap.servers", address)
+                .create()
+                .expect("kafka admin client");
+            let mut unknown = 0;
+            loop {
+                let known = client
+                    .inner()
+                    .fetch_metadata(Some(topic), Duration::from_secs(5))
+                    .ok()
+                    .and_then(|md| {
+                        let t = md.topics().iter().find(|t| t.name() == topic)?;
+                        Some(t.error().is_none() && t.partitions().len() == partitions as usize)
+                    })
+                    .unwrap_or(false);
+                if known {
+                    break;
+                }
+                unknown += 1;
+                assert!(
+                    Instant::now() < deadline,
+                    "node {node} ({address}) did not know topic {topic} after {timeout:?}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if unknown > 0 {
+                late.push(format!("node {node} ({unknown} answers without it)"));
+            }
+        }
+        if !late.is_empty() {
+            eprintln!(
+                "topic {topic}, in sync per the metadata, was unknown to {} at first; known \
+                 everywhere {:.1} s later",
+                late.join(", "),
+                started.elapsed().as_secs_f64()
+            );
+        }
     }
 
     /// Partitions each node leads now.
@@ -260,10 +312,11 @@ impl KafkaCluster {
     /// Runs one of Kafka's command-line tools (`class`, from the jars
     /// `scripts/kafka.sh tools` fetches) against the cluster; its stdout.
     pub fn tool(&self, class: &str, args: &[&str]) -> String {
-        let classpath = run_script(&["tools"]);
+        static CLASSPATH: OnceLock<String> = OnceLock::new();
+        let classpath = CLASSPATH.get_or_init(|| run_script(&["tools"]));
         let java = std::env::var("JAVA").unwrap_or_else(|_| "java".into());
         let out = Command::new(java)
-            .args(["-cp", &classpath, class])
+            .args(["-cp", classpath, class])
             .args(["--bootstrap-server", &self.bootstrap])
             .args(args)
             .output()
@@ -290,7 +343,9 @@ impl KafkaCluster {
     }
 
     /// `kafka-reassign-partitions.sh --execute` of `replicas` per (topic,
-    /// partition), then `--verify` until it is complete (or `timeout`).
+    /// partition), then waits (up to `timeout`) until the metadata shows
+    /// each partition on exactly those replicas, all in sync: what
+    /// `--verify` would say, without a JVM start per look.
     pub fn reassign(&self, replicas: &[((String, i32), Vec<i32>)], timeout: Duration) {
         let partitions: Vec<String> = replicas
             .iter()
@@ -313,21 +368,38 @@ impl KafkaCluster {
             ),
         )
         .unwrap();
-        let plan = plan.to_str().unwrap();
-        const CLASS: &str = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand";
-        self.tool(CLASS, &["--execute", "--reassignment-json-file", plan]);
+        self.tool(
+            "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+            &[
+                "--execute",
+                "--reassignment-json-file",
+                plan.to_str().unwrap(),
+            ],
+        );
         let deadline = Instant::now() + timeout;
         loop {
-            let verify = self.tool(CLASS, &["--verify", "--reassignment-json-file", plan]);
-            if !verify.contains("still in progress") {
-                assert!(!verify.contains("failed"), "reassignment failed:\n{verify}");
+            let layout = self.layout();
+            let pending: Vec<String> = replicas
+                .iter()
+                .filter(|(tp, want)| {
+                    let now = layout.as_ref().and_then(|l| l.get(tp));
+                    !now.is_some_and(|(_, replicas, isr)| {
+                        replicas == want && isr.len() == want.len()
+                    })
+                })
+                .map(|((t, p), want)| {
+                    let now = layout.as_ref().and_then(|l| l.get(&(t.clone(), *p)));
+                    format!("{t}-{p} wanted {want:?}, now (leader, replicas, isr) {now:?}")
+                })
+                .collect();
+            if pending.is_empty() {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "reassignment not done after {timeout:?}:\n{verify}"
+                "reassignment not done after {timeout:?}: {pending:?}"
             );
-            std::thread::sleep(Duration::from_millis(500));
+            std::thread::sleep(Duration::from_millis(250));
         }
     }
 }

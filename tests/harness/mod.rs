@@ -16,5 +16,7 @@ pub mod registry;
 pub mod registry_auth;
 pub mod relay;
 pub mod standby;
+pub mod topic_reader;
 pub mod wait;
 pub mod watchdog;
+pub mod writers;

@@ -15,6 +15,7 @@ use crate::harness::http::free_port;
 use crate::harness::kafka::shared;
 use crate::harness::relay::{confirmed_lsn, env, lsn_now, use_ledger_topic, Env, Relay};
 use crate::harness::wait::wait_for;
+use crate::harness::writers::Writers;
 
 pub(super) const EXACTLY_ONCE: &str = "[relay]\ndelivery = \"exactly-once\"\n";
 
@@ -48,6 +49,17 @@ pub(super) fn spawn_writers(
             })
         })
         .collect()
+}
+
+/// The shapes of [`spawn_writers`]' four writers, for [`Writers`] that go
+/// on until stopped.
+fn four_writers(e: &Env, prefix: &str) -> Writers {
+    Writers::start(
+        e,
+        prefix,
+        &[&[1, 10, 100], &[50, 1, 300], &[1, 1, 5], &[20, 2]],
+        40,
+    )
 }
 
 /// Reads every topic back `read_committed` and fails on a missing,
@@ -124,19 +136,19 @@ async fn sigterm_under_load_exits_zero_and_repeats_nothing() {
     let mut relay = Relay::start(&e);
     let pg = &e.pg;
     let start = confirmed_lsn(pg, slot);
-    let writers = spawn_writers(&e, slot, 80_000, 4);
+    let writers = four_writers(&e, slot);
     tokio::task::block_in_place(|| {
         wait_for("first confirmations", Duration::from_secs(120), || {
             confirmed_lsn(pg, slot) > start
         })
     });
-    assert!(writers.iter().any(|w| !w.is_finished()), "under load");
+    assert_eq!(writers.writing(), 4, "under load");
     relay.signal("-TERM");
     let status = tokio::task::block_in_place(|| relay.wait(Duration::from_secs(25)));
     let status = status.unwrap_or_else(|| panic!("no exit in time; log:\n{}", relay.log()));
     assert!(status.success(), "exit {status:?}; log:\n{}", relay.log());
     let _relay = Relay::start(&e);
-    let sent = join(writers).await;
+    let sent = writers.stop().await;
     verify_once(broker, &e, sent).await;
 }
 
@@ -148,7 +160,7 @@ async fn kill_9_twice_under_four_writers_repeats_nothing() {
     let mut relay = Relay::start(&e);
     let pg = &e.pg;
     let start = confirmed_lsn(pg, slot);
-    let writers = spawn_writers(&e, slot, 80_000, 4);
+    let writers = four_writers(&e, slot);
     for kill in 0..2 {
         let before = confirmed_lsn(pg, slot).max(start);
         // Killed as soon as this relay confirmed something, not after a
@@ -158,15 +170,15 @@ async fn kill_9_twice_under_four_writers_repeats_nothing() {
                 confirmed_lsn(pg, slot) > before
             });
         });
-        // Under load: the writers are still writing.
-        let writing = writers.iter().filter(|w| !w.is_finished()).count();
-        assert!(writing > 0, "kill {kill}: the writers had finished");
+        // Under load: the writers go on until told to stop.
+        let writing = writers.writing();
+        assert_eq!(writing, 4, "kill {kill}: a writer failed");
         relay.signal("-KILL");
         assert!(relay.wait(Duration::from_secs(10)).is_some());
         eprintln!("kill -9 number {}, {writing} writers writing", kill + 1);
         relay = Relay::start(&e);
     }
-    let sent = join(writers).await;
+    let sent = writers.stop().await;
     verify_once(broker, &e, sent).await;
     drop(relay);
 }
@@ -318,16 +330,13 @@ pub(super) fn active_and_standby(e: &Env) -> (Relay, Relay, u16) {
 }
 
 /// An active relay and its standby (each with its metrics port; the
-/// standby's is returned), under 4 writers of 40,000 events, once the
-/// active confirmed a first position.
-fn active_and_standby_under_load(
-    e: &Env,
-    slot: &str,
-) -> (Relay, Relay, u16, Vec<tokio::task::JoinHandle<Vec<Sent>>>) {
+/// standby's is returned), under 4 writers that go on until stopped, once
+/// the active confirmed a first position.
+fn active_and_standby_under_load(e: &Env, slot: &str) -> (Relay, Relay, u16, Writers) {
     let (active, standby, port_b) = active_and_standby(e);
     let pg = &e.pg;
     let start = confirmed_lsn(pg, slot);
-    let writers = spawn_writers(e, slot, 40_000, 4);
+    let writers = four_writers(e, slot);
     tokio::task::block_in_place(|| {
         wait_for("first confirmations", Duration::from_secs(120), || {
             confirmed_lsn(pg, slot) > start
@@ -346,7 +355,7 @@ async fn a_standby_takes_over_a_killed_active_within_5s_and_repeats_nothing() {
     let e = env(broker.bootstrap(), slot, EXACTLY_ONCE);
     let (mut active, standby, port_b, writers) = active_and_standby_under_load(&e, slot);
     tokio::task::block_in_place(|| std::thread::sleep(Duration::from_secs(1)));
-    assert!(writers.iter().any(|w| !w.is_finished()), "under load");
+    assert_eq!(writers.writing(), 4, "under load");
     active.signal("-KILL");
     let killed = Instant::now();
     assert!(active.wait(Duration::from_secs(10)).is_some());
@@ -355,7 +364,7 @@ async fn a_standby_takes_over_a_killed_active_within_5s_and_repeats_nothing() {
     });
     let takeover = killed.elapsed();
     assert_eq!(after.map(|r| r.0), Some(200), "{}", standby.log());
-    let sent = join(writers).await;
+    let sent = writers.stop().await;
     verify_once(broker, &e, sent).await;
     eprintln!("exactly-once takeover after kill -9: {takeover:?}");
     assert!(
@@ -398,7 +407,7 @@ async fn a_paused_active_woken_after_the_takeover_is_fenced_and_repeats_nothing(
             "neither fenced nor standing by:\n{log}"
         ),
     }
-    let sent = join(writers).await;
+    let sent = writers.stop().await;
     verify_once(broker, &e, sent).await;
     eprintln!(
         "zombie: {}",

@@ -5,12 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::faults::{commit_end_by_id, join, spawn_writers};
+use super::faults::commit_end_by_id;
 use crate::harness::events::{payload_texts, verify};
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::shared;
 use crate::harness::relay::{confirmed_lsn, env, Env, Relay};
 use crate::harness::wait::wait_for;
+use crate::harness::writers::Writers;
 
 /// The acceptance bound on takeover after the active instance dies.
 const TAKEOVER_BOUND: Duration = Duration::from_secs(5);
@@ -103,14 +104,15 @@ async fn standby_takes_over_a_killed_active_within_5s_quietly_and_loses_nothing(
     // Load: the active relays while writers go on through the kill and the
     // takeover.
     let start = confirmed_lsn(&e.pg, "standby");
-    let writers = spawn_writers(&e, "standby", 20_000, 40);
+    let writers = Writers::start(&e, "standby", &[&[1, 10, 100], &[50, 1, 300]], 40);
     let pg = &e.pg;
     tokio::task::block_in_place(|| {
         wait_for("first confirmations", Duration::from_secs(120), || {
             confirmed_lsn(pg, "standby") > start
         })
     });
-    let writing_at_kill = writers.iter().any(|w| !w.is_finished());
+    // They go on until stopped: false only if one failed.
+    let writing_at_kill = writers.writing() == 2;
     active.signal("-KILL");
     let killed = Instant::now();
     assert!(active.wait(Duration::from_secs(10)).is_some());
@@ -122,7 +124,7 @@ async fn standby_takes_over_a_killed_active_within_5s_quietly_and_loses_nothing(
     let gauge_after =
         tokio::task::block_in_place(|| Scrape::take(port_b).get("outboxd_standby", ""));
 
-    let sent = join(writers).await;
+    let sent = writers.stop().await;
     let logs = e.dir.path().to_path_buf();
     let texts = payload_texts(pg);
     let v = tokio::task::spawn_blocking(move || {

@@ -3,7 +3,7 @@
 //! long-lived `read_committed` consumer that notes when it first saw each
 //! event.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,34 +28,39 @@ pub(super) struct Committed {
 /// its own transaction, until [`Load::finish`].
 pub(super) struct Load {
     stop: Arc<AtomicBool>,
-    writers: Vec<JoinHandle<Vec<Committed>>>,
-    pub(super) started: Instant,
+    writers: Vec<JoinHandle<()>>,
+    /// Every event committed so far, as the writers go.
+    committed: Arc<Mutex<Vec<Committed>>>,
 }
 
 impl Load {
     pub(super) fn start(pg: &PgCluster, prefix: &str, writers: usize, rate: f64) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
+        let committed = Arc::new(Mutex::new(Vec::new()));
         let url = pg.url("postgres", Some("postgres"), "app");
         let aggs = aggregates(40);
         let every = Duration::from_secs_f64(writers as f64 / rate);
         let writers = (0..writers)
             .map(|_| {
-                let (stop, url, aggs, prefix) =
-                    (stop.clone(), url.clone(), aggs.clone(), prefix.to_owned());
+                let (stop, url, aggs, prefix, out) = (
+                    stop.clone(),
+                    url.clone(),
+                    aggs.clone(),
+                    prefix.to_owned(),
+                    committed.clone(),
+                );
                 tokio::spawn(async move {
                     let (mut client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
                         .await
                         .unwrap();
                     tokio::spawn(conn);
-                    let mut out = Vec::new();
                     let mut next = Instant::now();
                     while !stop.load(Ordering::Relaxed) {
-                        for sent in write(&mut client, &prefix, &aggs, 1, &[1], 0).await {
-                            out.push(Committed {
-                                sent,
-                                at_ms: now_ms(),
-                            });
-                        }
+                        let sent = write(&mut client, &prefix, &aggs, 1, &[1], 0).await;
+                        let at_ms = now_ms();
+                        out.lock()
+                            .unwrap()
+                            .extend(sent.into_iter().map(|sent| Committed { sent, at_ms }));
                         next += every;
                         let now = Instant::now();
                         if next > now {
@@ -66,20 +71,25 @@ impl Load {
                             next = now;
                         }
                     }
-                    out
                 })
             })
             .collect();
         Load {
             stop,
             writers,
-            started: Instant::now(),
+            committed,
         }
     }
 
-    /// Sleeps until `at` after the start.
-    pub(super) async fn until(&self, at: Duration) {
-        tokio::time::sleep(at.saturating_sub(self.started.elapsed())).await;
+    /// How many events whose commit returned by `at_ms` `watch` has not
+    /// seen yet.
+    pub(super) fn unseen_by(&self, watch: &Watch, at_ms: i64) -> usize {
+        let committed = self.committed.lock().unwrap();
+        let seen = watch.seen.lock().unwrap();
+        committed
+            .iter()
+            .filter(|c| c.at_ms <= at_ms && !seen.ids.contains(&c.sent.id))
+            .count()
     }
 
     pub(super) fn writing(&self) -> usize {
@@ -88,11 +98,10 @@ impl Load {
 
     pub(super) async fn finish(self) -> Vec<Committed> {
         self.stop.store(true, Ordering::Relaxed);
-        let mut out = Vec::new();
         for w in self.writers {
-            out.extend(w.await.unwrap());
+            w.await.unwrap();
         }
-        out
+        std::mem::take(&mut *self.committed.lock().unwrap())
     }
 }
 
@@ -109,11 +118,17 @@ pub(super) struct Seen {
     pub(super) appended_ms: i64,
 }
 
+#[derive(Default)]
+struct Sightings {
+    all: Vec<Seen>,
+    ids: HashSet<String>,
+}
+
 /// One `read_committed` consumer assigned to `topics` from their start for
 /// the whole test, on its own thread.
 pub(super) struct Watch {
     stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<Vec<Seen>>>,
+    seen: Arc<Mutex<Sightings>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -128,21 +143,22 @@ impl Watch {
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed")
             .set("fetch.wait.max.ms", "50")
+            // A leader cut off answers nothing: with librdkafka's 60 s
+            // default the watch would wait that long for its own fetch
+            // before it asked who leads now, and charge the relay with it.
+            .set("socket.timeout.ms", "5000")
             .create()
             .expect("kafka consumer");
         let mut tpl = TopicPartitionList::new();
         for topic in topics {
-            let md = consumer
-                .fetch_metadata(Some(topic), Duration::from_secs(10))
-                .expect("metadata of a test topic");
-            for p in md.topics()[0].partitions() {
-                tpl.add_partition_offset(topic, p.id(), Offset::Beginning)
+            for p in partitions(&consumer, topic) {
+                tpl.add_partition_offset(topic, p, Offset::Beginning)
                     .unwrap();
             }
         }
         consumer.assign(&tpl).expect("assign");
         let stop = Arc::new(AtomicBool::new(false));
-        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::new(Mutex::new(Sightings::default()));
         let thread = {
             let (stop, seen) = (stop.clone(), seen.clone());
             std::thread::spawn(move || {
@@ -154,7 +170,9 @@ impl Watch {
                             .and_then(|hs| hs.iter().find(|h| h.key == "id")?.value)
                             .map(|v| String::from_utf8_lossy(v).into_owned())
                             .expect("id header");
-                        seen.lock().unwrap().push(Seen {
+                        let mut seen = seen.lock().unwrap();
+                        seen.ids.insert(id.clone());
+                        seen.all.push(Seen {
                             id,
                             partition: m.partition(),
                             offset: m.offset(),
@@ -177,14 +195,43 @@ impl Watch {
     pub(super) fn wait_for(&self, want: &[Committed], timeout: Duration) -> Vec<Seen> {
         let deadline = Instant::now() + timeout;
         loop {
-            let seen = self.seen.lock().unwrap().clone();
-            let ids: std::collections::HashSet<&str> = seen.iter().map(|s| s.id.as_str()).collect();
-            if want.iter().all(|c| ids.contains(c.sent.id.as_str())) || Instant::now() > deadline {
-                return seen;
+            {
+                let seen = self.seen.lock().unwrap();
+                if want.iter().all(|c| seen.ids.contains(&c.sent.id)) || Instant::now() > deadline {
+                    return seen.all.clone();
+                }
             }
-            drop(ids);
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+}
+
+/// The partitions of `topic`, once the broker that answers knows them: an
+/// answer without them (a broker that has not applied the topic yet) is
+/// asked again, never taken for a topic without partitions; a watch
+/// assigned to none would count every event lost.
+fn partitions(consumer: &BaseConsumer, topic: &str) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = consumer.fetch_metadata(Some(topic), Duration::from_secs(10));
+        let known = answer.as_ref().ok().and_then(|md| {
+            let t = md.topics().iter().find(|t| t.name() == topic)?;
+            let ps: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+            (t.error().is_none() && !ps.is_empty()).then_some(ps)
+        });
+        if let Some(ps) = known {
+            return ps;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no partitions of {topic} in the metadata after 30 s: {:?}",
+            answer.map(|md| md
+                .topics()
+                .iter()
+                .map(|t| (t.name().to_owned(), t.error()))
+                .collect::<Vec<_>>())
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -197,77 +244,118 @@ impl Drop for Watch {
     }
 }
 
-/// What a run measured and found.
+/// What one mode showed over one phase of the run (a fault and its
+/// aftermath): the events committed in it and how they fared.
 #[derive(Debug)]
 pub(super) struct Figures {
     pub(super) committed: usize,
     pub(super) delivered: usize,
     pub(super) lost: usize,
+    /// Records beyond the first of an event committed in the phase.
     pub(super) duplicates: usize,
-    pub(super) out_of_order: Vec<String>,
     /// The longest time between two consecutive broker appends (all
-    /// partitions together) while the writers wrote.
+    /// partitions together) within the phase.
     pub(super) append_gap: Duration,
-    /// The longest time the consumer went without a new event while the
-    /// writers wrote.
+    /// The longest time the consumer went without a new event within the
+    /// phase.
     pub(super) seen_gap: Duration,
-    /// The longest commit → first `read_committed` sight of one event.
+    /// The longest commit → first `read_committed` sight of one event
+    /// committed in the phase.
     pub(super) max_delay: Duration,
     pub(super) rate: f64,
 }
 
-/// Compares what was committed with what was seen. Per aggregate, the
-/// first sights must follow the sequence (commit) order; Kafka order within
-/// a partition is offset order.
-pub(super) fn figures(committed: &[Committed], seen: &[Seen], load_ms: (i64, i64)) -> Figures {
+/// The first sight of each event (in offset order) and how many records
+/// repeat it.
+pub(super) struct Sighted<'a> {
+    first: HashMap<&'a str, &'a Seen>,
+    repeats: HashMap<&'a str, usize>,
+}
+
+pub(super) fn sighted(seen: &[Seen]) -> Sighted<'_> {
+    let mut sorted: Vec<&Seen> = seen.iter().collect();
+    sorted.sort_by_key(|s| (&s.topic, s.partition, s.offset));
+    let mut first: HashMap<&str, &Seen> = HashMap::new();
+    let mut repeats: HashMap<&str, usize> = HashMap::new();
+    for s in sorted {
+        if first.contains_key(s.id.as_str()) {
+            *repeats.entry(s.id.as_str()).or_default() += 1;
+        } else {
+            first.insert(s.id.as_str(), s);
+        }
+    }
+    Sighted { first, repeats }
+}
+
+/// Aggregates whose events were first seen out of their commit order
+/// (Kafka order within a partition is offset order; one aggregate lives in
+/// one partition), over the whole run; panics on a record nobody
+/// committed.
+pub(super) fn out_of_order(committed: &[Committed], seen: &[Seen]) -> Vec<String> {
     let by_id: HashMap<&str, &Committed> =
         committed.iter().map(|c| (c.sent.id.as_str(), c)).collect();
     let mut sorted: Vec<&Seen> = seen.iter().collect();
-    sorted.sort_by_key(|s| (s.topic.clone(), s.partition, s.offset));
-    let mut first: HashMap<&str, &Seen> = HashMap::new();
-    let mut duplicates = 0;
+    sorted.sort_by_key(|s| (&s.topic, s.partition, s.offset));
+    let mut firsts: HashSet<&str> = HashSet::new();
     let mut per_agg: HashMap<&str, Vec<i64>> = HashMap::new();
-    for s in &sorted {
+    for s in sorted {
         let c = by_id
             .get(s.id.as_str())
             .unwrap_or_else(|| panic!("event {} on {} was never committed", s.id, s.topic));
-        if first.insert(s.id.as_str(), s).is_some() {
-            duplicates += 1;
-        } else {
+        if firsts.insert(s.id.as_str()) {
             per_agg
                 .entry(c.sent.agg.as_str())
                 .or_default()
                 .push(c.sent.seq);
         }
     }
-    let out_of_order = per_agg
+    per_agg
         .iter()
         .filter(|(_, seqs)| seqs.windows(2).any(|w| w[0] >= w[1]))
         .map(|(agg, _)| agg.to_string())
-        .collect();
-    let max_delay = committed
+        .collect()
+}
+
+/// The figures of the events committed within `window` (ms since the
+/// epoch, both ends in), and of the gaps within it.
+pub(super) fn figures(
+    committed: &[Committed],
+    seen: &[Seen],
+    sighted: &Sighted<'_>,
+    window: (i64, i64),
+) -> Figures {
+    let inside = |t: i64| t >= window.0 && t <= window.1;
+    let mine: Vec<&Committed> = committed.iter().filter(|c| inside(c.at_ms)).collect();
+    let firsts: Vec<&Seen> = mine
         .iter()
-        .filter_map(|c| Some(first.get(c.sent.id.as_str())?.seen_ms - c.at_ms))
+        .filter_map(|c| sighted.first.get(c.sent.id.as_str()).copied())
+        .collect();
+    let duplicates = mine
+        .iter()
+        .filter_map(|c| sighted.repeats.get(c.sent.id.as_str()))
+        .sum();
+    let max_delay = mine
+        .iter()
+        .filter_map(|c| Some(sighted.first.get(c.sent.id.as_str())?.seen_ms - c.at_ms))
         .max()
         .unwrap_or(0);
     let gap = |mut times: Vec<i64>| {
-        times.retain(|&t| t >= load_ms.0 && t <= load_ms.1);
-        times.push(load_ms.0);
-        times.push(load_ms.1);
+        times.retain(|&t| inside(t));
+        times.push(window.0);
+        times.push(window.1);
         times.sort_unstable();
         let longest = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
         Duration::from_millis(longest.max(0) as u64)
     };
-    let span = (load_ms.1 - load_ms.0).max(1) as f64 / 1000.0;
+    let span = (window.1 - window.0).max(1) as f64 / 1000.0;
     Figures {
-        committed: committed.len(),
-        delivered: first.len(),
-        lost: committed.len() - first.len(),
+        committed: mine.len(),
+        delivered: firsts.len(),
+        lost: mine.len() - firsts.len(),
         duplicates,
-        out_of_order,
         append_gap: gap(seen.iter().map(|s| s.appended_ms).collect()),
-        seen_gap: gap(first.values().map(|s| s.seen_ms).collect()),
+        seen_gap: gap(sighted.first.values().map(|s| s.seen_ms).collect()),
         max_delay: Duration::from_millis(max_delay.max(0) as u64),
-        rate: committed.len() as f64 / span,
+        rate: mine.len() as f64 / span,
     }
 }
