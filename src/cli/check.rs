@@ -12,6 +12,7 @@ mod kafka;
 mod line;
 mod postgres;
 mod postgres_facts;
+mod rights;
 mod transactions;
 
 use std::io::Write;

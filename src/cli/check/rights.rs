@@ -1,0 +1,172 @@
+//! The `rights` lines of `outboxd check`: for every topic known before the
+//! first event (fixed routing topics, the dead-letter topic, the position
+//! ledger), the ACL operations the principal lacks, from the authorised
+//! operations Kafka reports (KIP-430), each with the `kafka-acls.sh`
+//! command that grants it. Nothing is produced or created.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::config::routing::{parse_template, TemplatePart};
+use crate::config::Config;
+use crate::sink::probe::describe_topics::authorized_operations;
+use crate::sink::probe::topic_rights::{
+    grant_command, judge, principal, Principal, Right, Rights, TopicRole,
+};
+
+use super::kafka::templates;
+use super::line::Line;
+
+const NAME: &str = "rights";
+
+/// One DescribeTopics round trip, as the other probes allow.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A topic whose rights are checked: its name, where it is configured,
+/// what it is to outboxd.
+struct Checked {
+    topic: String,
+    setting: String,
+    role: TopicRole,
+}
+
+/// The topics known at check time: templates without placeholders, the
+/// dead-letter topic, the ledger; each (topic, role) once.
+fn topics(cfg: &Config) -> Vec<Checked> {
+    let mut out: Vec<Checked> = Vec::new();
+    let fixed = templates(cfg).into_iter().filter(|(_, template)| {
+        parse_template(template)
+            .is_ok_and(|p| p.iter().all(|p| matches!(p, TemplatePart::Literal(_))))
+    });
+    let ledger = (
+        "kafka.ledger_topic".to_owned(),
+        cfg.kafka.ledger_topic.clone(),
+    );
+    for (setting, topic) in fixed.chain([ledger]) {
+        let role = match setting.as_str() {
+            "relay.dead_letter_topic" => TopicRole::DeadLetter,
+            "kafka.ledger_topic" => TopicRole::Ledger,
+            _ => TopicRole::Outbox,
+        };
+        if !out.iter().any(|c| c.topic == topic && c.role == role) {
+            out.push(Checked {
+                topic,
+                setting,
+                role,
+            });
+        }
+    }
+    out
+}
+
+pub(crate) async fn lines(
+    admin: &Arc<AdminClient<DefaultClientContext>>,
+    cfg: &Config,
+    brokers: &str,
+) -> Vec<Line> {
+    let checked = topics(cfg);
+    let names: Vec<String> = checked.iter().map(|c| c.topic.clone()).collect();
+    let answers = match authorized_operations(admin, &names, REQUEST_TIMEOUT).await {
+        Ok(answers) => answers,
+        Err(code) => return vec![request_failed(code)],
+    };
+    let who = principal(&cfg.kafka.properties);
+    checked
+        .iter()
+        .zip(answers)
+        .map(|(c, (_, answer))| line(c, judge(c.role, &answer), cfg, brokers, &who))
+        .collect()
+}
+
+fn request_failed(code: RDKafkaErrorCode) -> Line {
+    let why = format!("DescribeTopics failed: {code}");
+    match code {
+        RDKafkaErrorCode::UnsupportedVersion => Line::warn(
+            NAME,
+            format!(
+                "{why}; the brokers cannot report a principal's rights (KIP-430 needs Kafka \
+                 2.3 or newer): not checked"
+            ),
+        ),
+        _ => Line::fail(NAME, why),
+    }
+}
+
+fn role_name(role: TopicRole) -> &'static str {
+    match role {
+        TopicRole::Outbox => "outbox topic",
+        TopicRole::DeadLetter => "dead-letter topic",
+        TopicRole::Ledger => "ledger topic",
+    }
+}
+
+fn labels(rights: &[Right]) -> String {
+    rights
+        .iter()
+        .map(|r| r.label())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn line(c: &Checked, rights: Rights, cfg: &Config, brokers: &str, who: &Principal) -> Line {
+    let at = format!("{} ({}, {})", c.topic, c.setting, role_name(c.role));
+    let needed = c.role.rights();
+    let grant = |missing: &[Right]| {
+        format!(
+            "grant it with {} ({}): {}",
+            who.name,
+            who.origin,
+            grant_command(brokers, &who.name, missing, &c.topic)
+        )
+    };
+    match rights {
+        Rights::Granted => Line::ok(NAME, format!("{at}: {} granted", labels(needed))),
+        Rights::Missing(missing) => Line::fail(
+            NAME,
+            format!(
+                "{at}: the principal lacks {} (needs {}); {}",
+                labels(&missing),
+                labels(needed),
+                grant(&missing)
+            ),
+        ),
+        Rights::DescribeRefused => Line::fail(
+            NAME,
+            format!(
+                "{at}: the principal lacks DESCRIBE (TopicAuthorizationFailed; Kafka tells \
+                 nothing more about a topic without it, needs {}); {}",
+                labels(needed),
+                grant(needed)
+            ),
+        ),
+        Rights::NoTopic if cfg.kafka.create_topics => Line::ok(
+            NAME,
+            format!(
+                "{at}: does not exist yet; outboxd creates it (CREATE validated on the {} line); \
+                 the rights it needs then ({}) can be read once it exists",
+                if c.role == TopicRole::Ledger {
+                    "ledger topic"
+                } else {
+                    "topics"
+                },
+                labels(needed)
+            ),
+        ),
+        Rights::NoTopic => Line::skip(NAME, &format!("{at}: does not exist (see topics)")),
+        Rights::NotReported => Line::warn(
+            NAME,
+            format!(
+                "{at}: the brokers reported no authorised operations (KIP-430 needs Kafka 2.3 \
+                 or newer): {} not checked",
+                labels(needed)
+            ),
+        ),
+        Rights::Unknown(code) => {
+            Line::warn(NAME, format!("{at}: its rights could not be read: {code}"))
+        }
+    }
+}
