@@ -148,6 +148,9 @@ impl DeliveryContext {
                 text = format!("{text}: {detail}");
             }
         }
+        if let Some(hint) = write_refused_hint(code, message.topic()) {
+            text = format!("{text}; {hint}");
+        }
         if matches!(
             code,
             RDKafkaErrorCode::Fatal | RDKafkaErrorCode::GaplessGuarantee
@@ -258,6 +261,20 @@ pub(super) fn describe(code: RDKafkaErrorCode) -> String {
         .unwrap_or(full)
 }
 
+/// The ACL to grant when the broker refused a produce to `topic` with
+/// `code`: the authoriser refuses the topic, not the record, so the failure
+/// names the right instead of leaving "Topic authorization failed" to be
+/// read as a bad event.
+pub(super) fn write_refused_hint(code: RDKafkaErrorCode, topic: &str) -> Option<String> {
+    (code == RDKafkaErrorCode::TopicAuthorizationFailed).then(|| {
+        format!(
+            "the principal may not write to topic `{topic}`: grant it WRITE on the topic: \
+             kafka-acls.sh --bootstrap-server BROKER --add --allow-principal User:PRINCIPAL \
+             --operation Write --topic {topic}"
+        )
+    })
+}
+
 /// The per-message error text librdkafka keeps for a failed produce (the
 /// broker's message, or which record of the batch was invalid).
 fn produce_errstr(message: &BorrowedMessage<'_>) -> Option<String> {
@@ -293,6 +310,14 @@ pub(super) fn log_level() -> RDKafkaLogLevel {
 mod tests {
     use super::*;
     use RDKafkaErrorCode as C;
+
+    #[test]
+    fn a_refused_write_names_the_acl_and_nothing_else_does() {
+        let hint = write_refused_hint(C::TopicAuthorizationFailed, "orders").unwrap();
+        assert!(hint.contains("grant it WRITE on the topic"), "{hint}");
+        assert!(hint.contains("--operation Write --topic orders"), "{hint}");
+        assert_eq!(write_refused_hint(C::MessageSizeTooLarge, "orders"), None);
+    }
 
     #[test]
     fn record_level_errors_are_per_event() {
