@@ -159,6 +159,10 @@ impl TransactionError {
                 message,
             };
         }
+        let message = match acl_hint(code, transactional_id) {
+            Some(hint) => format!("{message}; {hint}"),
+            None => message,
+        };
         if fatal {
             return TransactionError::Fatal { code, message };
         }
@@ -166,6 +170,29 @@ impl TransactionError {
         // and resumes from the ledger, which is what a commit whose outcome
         // is unknown needs anyway.
         TransactionError::Abortable { code, message }
+    }
+}
+
+/// The ACL to grant when the authoriser refused a transaction call with
+/// `code`. A refused topic is not named by librdkafka's error (its log line
+/// `Failed to add partition "<topic>"` is), so the hint says where to look.
+fn acl_hint(code: RDKafkaErrorCode, transactional_id: &str) -> Option<String> {
+    match code {
+        RDKafkaErrorCode::TransactionalIdAuthorizationFailed => Some(format!(
+            "grant the principal WRITE and DESCRIBE on the transactional id: kafka-acls.sh \
+             --bootstrap-server BROKER --add --allow-principal User:PRINCIPAL --operation Write \
+             --operation Describe --transactional-id '{transactional_id}' \
+             --resource-pattern-type prefixed"
+        )),
+        RDKafkaErrorCode::TopicAuthorizationFailed => Some(
+            "the principal may not write to a topic of this transaction (an outbox topic or \
+             kafka.ledger_topic; librdkafka's log line `Failed to add partition \"<topic>\"` \
+             names it, `outboxd check` names those it knows): grant it WRITE on the topic: \
+             kafka-acls.sh --bootstrap-server BROKER --add --allow-principal User:PRINCIPAL \
+             --operation Write --topic <topic>"
+                .to_owned(),
+        ),
+        _ => None,
     }
 }
 
@@ -410,6 +437,39 @@ impl KafkaSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_by_the_authoriser_names_the_acl() {
+        use RDKafkaErrorCode as C;
+        let id = TransactionError::from_parts(
+            C::TransactionalIdAuthorizationFailed,
+            "Failed to acquire transactional PID".into(),
+            true,
+            "outboxd-1/app/s",
+        );
+        assert!(matches!(id, TransactionError::Fatal { .. }), "{id:?}");
+        let text = id.to_string();
+        assert!(
+            text.contains("--transactional-id 'outboxd-1/app/s' --resource-pattern-type prefixed"),
+            "{text}"
+        );
+        let topic = TransactionError::from_parts(
+            C::TopicAuthorizationFailed,
+            "Failed to add partition(s) to transaction".into(),
+            false,
+            "x",
+        );
+        assert!(
+            matches!(topic, TransactionError::Abortable { .. }),
+            "{topic:?}"
+        );
+        assert!(
+            topic.to_string().contains("grant it WRITE on the topic"),
+            "{topic}"
+        );
+        let other = TransactionError::from_parts(C::RequestTimedOut, "slow".into(), false, "x");
+        assert!(!other.to_string().contains("grant"), "{other}");
+    }
 
     #[test]
     fn fencing_codes_are_told_apart_from_other_failures() {
