@@ -49,6 +49,8 @@ pub struct Health {
     halted: Mutex<Option<String>>,
     /// A gap the position ledger found and the relay refuses to skip.
     gap: Mutex<Option<String>>,
+    /// The authoriser refuses the ledger writes: why, until one succeeds.
+    ledger_refused: Mutex<Option<String>>,
     /// Why the last PostgreSQL session failed, for `/readyz`.
     postgres_cause: Mutex<Option<String>>,
     /// Why Kafka last failed (a refusal, an unreachable broker), for
@@ -92,6 +94,7 @@ impl Health {
             kafka_ever: AtomicBool::new(false),
             halted: Mutex::new(None),
             gap: Mutex::new(None),
+            ledger_refused: Mutex::new(None),
             postgres_cause: Mutex::new(None),
             kafka_cause: Mutex::new(None),
             standby: Mutex::new(None),
@@ -225,6 +228,16 @@ impl Health {
         }
     }
 
+    /// The authoriser refuses the ledger writes (`Some`), or a write went
+    /// through (`None`). Events still flow meanwhile, but without the
+    /// ledger a lost slot would go unnoticed: not ready.
+    pub(crate) fn set_ledger_refused(&self, refused: Option<String>) {
+        *self
+            .ledger_refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = refused.map(|r| r.replace('\n', " "));
+    }
+
     /// A gap in the relayed WAL (see `progress::ledger`): not ready, with
     /// the recovery, until it is accepted.
     pub(crate) fn set_gap(&self, gap: Option<String>) {
@@ -312,6 +325,13 @@ impl Health {
         }
         if let Some(holder) = self.standby() {
             return Err(format!("standby: {holder}"));
+        }
+        if let Some(refused) = &*self
+            .ledger_refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            return Err(format!("position ledger not written: {refused}"));
         }
         let kafka_cause = self
             .kafka_cause

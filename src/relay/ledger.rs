@@ -492,6 +492,11 @@ async fn write_entries(
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot write the position ledger; retrying with a new producer (the ledger lags meanwhile, the relay goes on)");
+                    if e.is_refused_by_authorizer() {
+                        writer
+                            .telemetry
+                            .emit(RelayEvent::LedgerRefused(&e.to_string()));
+                    }
                     if let Err(e) = topic.renew_producer() {
                         tracing::debug!(error = %e, "cannot make a new ledger producer; retrying with the old one");
                     }

@@ -55,6 +55,8 @@ pub(super) enum RelayEvent<'e> {
     LedgerRead { newest: Option<Lsn> },
     /// A ledger entry is in Kafka (written, or committed in a transaction).
     LedgerWritten(Lsn),
+    /// The authoriser refused a ledger write (the error names the ACL).
+    LedgerRefused(&'e str),
     /// The start decision: the gap that stops the relay, or none.
     Gap(Option<&'e StartGap>),
     /// A session ended; what it had in flight is re-read by the next one.
@@ -107,7 +109,11 @@ impl RelayTelemetry {
                 metrics::gauge!(m::LEDGER_GAP).set(0.0);
                 metrics::counter!(m::EVENTS_SKIPPED).increment(0);
             }
-            E::LedgerWritten(lsn) => m::gauge_lsn(m::LEDGER_LSN, lsn),
+            E::LedgerWritten(lsn) => {
+                m::gauge_lsn(m::LEDGER_LSN, lsn);
+                self.health.set_ledger_refused(None);
+            }
+            E::LedgerRefused(error) => self.health.set_ledger_refused(Some(error.to_owned())),
             E::Gap(gap) => {
                 metrics::gauge!(m::LEDGER_GAP).set(if gap.is_some() { 1.0 } else { 0.0 });
                 self.health.set_gap(gap.map(ToString::to_string));
