@@ -17,7 +17,8 @@ use crate::harness::events::{payload_texts, verify_reading, write, ReadBack, Sen
 use crate::harness::http::{free_port, get};
 use crate::harness::kafka::KafkaBroker;
 use crate::harness::kafka_acl::{
-    allow_anonymous, deny_anonymous, Operation, Pattern, Resource, AUTHORIZER,
+    allow_anonymous, deny_anonymous, remove_deny_anonymous, Operation, Pattern, Resource,
+    AUTHORIZER,
 };
 use crate::harness::relay::{edit_config, env, Env, Relay};
 
@@ -97,6 +98,19 @@ enum Removed {
     /// (`kafka.create_topics = true`).
     OutboxCreate,
     TransactionalIdWrite,
+    /// DESCRIBE on the outbox topic: WRITE implies it, so a DENY takes it
+    /// away and the grant deletes the DENY.
+    OutboxDescribe,
+    /// DESCRIBE on the ledger, likewise.
+    LedgerDescribe,
+}
+
+impl Removed {
+    /// Taken away by a DENY (another right implies it), not by leaving
+    /// its ALLOW out.
+    fn denied(self) -> bool {
+        matches!(self, Removed::OutboxDescribe | Removed::LedgerDescribe)
+    }
 }
 
 /// What `run` did without the right.
@@ -200,7 +214,8 @@ impl Case {
         }
         let (on, removed) = self.removed_acl();
         for (named, operation) in grants {
-            if named.1 == on.1 && named.0 == on.0 && operation == removed {
+            if !self.removed.denied() && named.1 == on.1 && named.0 == on.0 && operation == removed
+            {
                 continue;
             }
             allow(named, operation);
@@ -221,6 +236,9 @@ impl Case {
         if self.removed == Removed::DeadLetterWrite {
             create(&n.dlq, &[]);
         }
+        if self.removed.denied() {
+            deny_anonymous(b.bootstrap(), on.0, on.1, on.2, removed);
+        }
     }
 
     /// The ACL taken away, which is also the one the grant adds.
@@ -236,6 +254,8 @@ impl Case {
                 Op::RD_KAFKA_ACL_OPERATION_DESCRIBE_CONFIGS,
             ),
             Removed::OutboxCreate => (topic(&n.outbox), Op::RD_KAFKA_ACL_OPERATION_CREATE),
+            Removed::OutboxDescribe => (topic(&n.outbox), Op::RD_KAFKA_ACL_OPERATION_DESCRIBE),
+            Removed::LedgerDescribe => (topic(&n.ledger), Op::RD_KAFKA_ACL_OPERATION_DESCRIBE),
             Removed::TransactionalIdWrite => (
                 Named(
                     Resource::RD_KAFKA_RESOURCE_TRANSACTIONAL_ID,
@@ -261,6 +281,17 @@ impl Case {
                 format!("--operation DescribeConfigs --topic {}", n.ledger),
             ),
             Removed::OutboxCreate => ("topics", format!("--operation Create --topic {}", n.outbox)),
+            Removed::OutboxDescribe => (
+                "rights",
+                format!("--operation Describe --topic {}", n.outbox),
+            ),
+            Removed::LedgerDescribe => (
+                "rights",
+                format!(
+                    "--operation Describe --operation DescribeConfigs --topic {}",
+                    n.ledger
+                ),
+            ),
             Removed::TransactionalIdWrite => (
                 "transactional id",
                 format!("--transactional-id '{}'", n.txn),
@@ -295,7 +326,12 @@ impl Case {
     /// the slot, which a waiting or halted relay still streams).
     fn grant(&self) {
         let (on, operation) = self.removed_acl();
-        allow(on, operation);
+        if self.removed.denied() {
+            let deleted = remove_deny_anonymous(broker().bootstrap(), on.0, on.1, on.2, operation);
+            assert_eq!(deleted, 1, "the DENY to delete");
+        } else {
+            allow(on, operation);
+        }
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let out = self.check();
@@ -326,6 +362,14 @@ impl Case {
             Removed::OutboxWrite | Removed::LedgerWrite if self.exactly_once => {
                 "grant it WRITE on the topic".to_owned()
             }
+            Removed::OutboxDescribe => format!(
+                "--operation Describe --operation Write --topic {}",
+                self.names.outbox
+            ),
+            Removed::LedgerDescribe => format!(
+                "--operation Describe --operation Write --topic {}",
+                self.names.ledger
+            ),
             _ => self.expected().1,
         }
     }
@@ -508,4 +552,14 @@ async fn read_on_the_ledger() {
     sent.extend(case.write(6).await);
     let delivered = case.verify(&sent);
     assert_eq!(delivered, sent.len(), "relay log:\n{}", relay.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_on_the_outbox_topic() {
+    taken_away_named_and_granted("rights_od", Removed::OutboxDescribe, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_on_the_ledger() {
+    taken_away_named_and_granted("rights_ld", Removed::LedgerDescribe, false).await;
 }
