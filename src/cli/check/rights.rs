@@ -170,3 +170,72 @@ fn line(c: &Checked, rights: Rights, cfg: &Config, brokers: &str, who: &Principa
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::check::line::Verdict;
+
+    fn ledger() -> Checked {
+        Checked {
+            topic: "outboxd.positions".into(),
+            setting: "kafka.ledger_topic".into(),
+            role: TopicRole::Ledger,
+        }
+    }
+
+    fn relay() -> Principal {
+        Principal {
+            name: "User:relay".into(),
+            origin: "from kafka.properties.\"sasl.username\"",
+        }
+    }
+
+    #[test]
+    fn a_missing_right_fails_with_the_command_and_where_the_principal_comes_from() {
+        let cfg = Config::default();
+        let l = line(
+            &ledger(),
+            Rights::Missing(vec![Right::Read]),
+            &cfg,
+            "b:9092",
+            &relay(),
+        );
+        assert_eq!(l.verdict, Verdict::Fail);
+        assert!(l.detail.contains("lacks READ"), "{}", l.detail);
+        assert!(l.detail.contains("sasl.username"), "{}", l.detail);
+        assert!(
+            l.detail.contains(
+                "kafka-acls.sh --bootstrap-server b:9092 --add --allow-principal User:relay \
+                 --operation Read --topic outboxd.positions"
+            ),
+            "{}",
+            l.detail
+        );
+        let refused = line(&ledger(), Rights::DescribeRefused, &cfg, "b:9092", &relay());
+        assert_eq!(refused.verdict, Verdict::Fail);
+        assert!(
+            refused.detail.contains(
+                "--operation Read --operation Write --operation Describe --operation \
+                 DescribeConfigs --topic outboxd.positions"
+            ),
+            "{}",
+            refused.detail
+        );
+    }
+
+    #[test]
+    fn a_topic_still_to_create_is_fine_only_when_outboxd_creates_it() {
+        let mut cfg = Config::default();
+        cfg.kafka.create_topics = true;
+        let l = line(&ledger(), Rights::NoTopic, &cfg, "b", &relay());
+        assert_eq!(l.verdict, Verdict::Ok, "{}", l.detail);
+        cfg.kafka.create_topics = false;
+        let l = line(&ledger(), Rights::NoTopic, &cfg, "b", &relay());
+        assert_eq!(l.verdict, Verdict::Skip, "{}", l.detail);
+        let l = line(&ledger(), Rights::Granted, &cfg, "b", &relay());
+        assert_eq!(l.verdict, Verdict::Ok, "{}", l.detail);
+        let l = line(&ledger(), Rights::NotReported, &cfg, "b", &relay());
+        assert_eq!(l.verdict, Verdict::Warn, "{}", l.detail);
+    }
+}
