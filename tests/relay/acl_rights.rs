@@ -354,14 +354,9 @@ impl Case {
         write(&mut client, &self.names.slot, &aggs, n, &[1, 3], 0).await
     }
 
-    /// What `run`'s error or `/readyz` must hold. A topic refused inside a
-    /// Kafka transaction is not named by librdkafka's error (its log line
-    /// is), so in exactly-once the right is named without the topic.
+    /// What `run`'s error or `/readyz` must hold.
     fn run_needle(&self) -> String {
         match self.removed {
-            Removed::OutboxWrite | Removed::LedgerWrite if self.exactly_once => {
-                "grant it WRITE on the topic".to_owned()
-            }
             Removed::OutboxDescribe => format!(
                 "--operation Describe --operation Write --topic {}",
                 self.names.outbox
