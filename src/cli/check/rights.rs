@@ -69,7 +69,7 @@ pub(crate) async fn lines(
     brokers: &str,
 ) -> Vec<Line> {
     let checked = topics(cfg);
-    let names: Vec<String> = checked.iter().map(|c| c.topic.clone()).collect();
+    let names = unique_names(&checked);
     let answers = match authorized_operations(admin, &names, REQUEST_TIMEOUT).await {
         Ok(answers) => answers,
         Err(code) => return vec![request_failed(code)],
@@ -77,9 +77,24 @@ pub(crate) async fn lines(
     let who = principal(&cfg.kafka.properties);
     checked
         .iter()
-        .zip(answers)
-        .map(|(c, (_, answer))| line(c, judge(c.role, &answer), cfg, brokers, &who))
+        .filter_map(|c| {
+            let (_, answer) = answers.iter().find(|(name, _)| *name == c.topic)?;
+            Some(line(c, judge(c.role, answer), cfg, brokers, &who))
+        })
         .collect()
+}
+
+/// Each topic once, in order: a topic of two roles (a route that is also
+/// the dead-letter topic) is asked about once, as librdkafka refuses a
+/// request naming a topic twice.
+fn unique_names(checked: &[Checked]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for c in checked {
+        if !names.contains(&c.topic) {
+            names.push(c.topic.clone());
+        }
+    }
+    names
 }
 
 fn request_failed(code: RDKafkaErrorCode) -> Line {
@@ -222,6 +237,26 @@ mod tests {
             "{}",
             refused.detail
         );
+    }
+
+    #[test]
+    fn a_topic_of_two_roles_is_asked_about_once_and_judged_for_each() {
+        let mut cfg = Config::default();
+        cfg.relay.on_error = crate::config::OnError::DeadLetter;
+        cfg.relay.dead_letter_topic = Some("orders".into());
+        cfg.routing.topic = "orders".into();
+        let checked = topics(&cfg);
+        let roles: Vec<(&str, TopicRole)> =
+            checked.iter().map(|c| (c.topic.as_str(), c.role)).collect();
+        assert_eq!(
+            roles,
+            vec![
+                ("orders", TopicRole::Outbox),
+                ("orders", TopicRole::DeadLetter),
+                ("outboxd.positions", TopicRole::Ledger),
+            ]
+        );
+        assert_eq!(unique_names(&checked), vec!["orders", "outboxd.positions"]);
     }
 
     #[test]
