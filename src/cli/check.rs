@@ -14,6 +14,7 @@ mod line;
 mod postgres;
 mod postgres_facts;
 mod registry;
+mod rights;
 mod transactions;
 
 use std::io::Write;

@@ -49,8 +49,13 @@ pub struct Health {
     halted: Mutex<Option<String>>,
     /// A gap the position ledger found and the relay refuses to skip.
     gap: Mutex<Option<String>>,
+    /// The authoriser refuses the ledger writes: why, until one succeeds.
+    ledger_refused: Mutex<Option<String>>,
     /// Why the last PostgreSQL session failed, for `/readyz`.
     postgres_cause: Mutex<Option<String>>,
+    /// Why Kafka last failed (a refusal, an unreachable broker), for
+    /// `/readyz`, until Kafka acknowledges again.
+    kafka_cause: Mutex<Option<String>>,
     /// Standing by: who holds the slot (`slot "x" is active on PID n`).
     standby: Mutex<Option<String>>,
     /// Why the schema registry's last request failed, until one succeeds.
@@ -91,7 +96,9 @@ impl Health {
             kafka_ever: AtomicBool::new(false),
             halted: Mutex::new(None),
             gap: Mutex::new(None),
+            ledger_refused: Mutex::new(None),
             postgres_cause: Mutex::new(None),
+            kafka_cause: Mutex::new(None),
             standby: Mutex::new(None),
             registry_cause: Mutex::new(None),
             outages: Mutex::new([None, None]),
@@ -150,6 +157,7 @@ impl Health {
         self.kafka_failed.store(false, Relaxed);
         self.kafka.store(true, Relaxed);
         crate::sink::clear_kafka_refusal();
+        *self.kafka_cause.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if !self.kafka_ever.swap(true, Relaxed) {
             tracing::info!("connected to Kafka");
         }
@@ -160,6 +168,8 @@ impl Health {
     pub(crate) fn kafka_down(&self, cause: &str) {
         self.kafka_failed.store(true, Relaxed);
         self.kafka.store(false, Relaxed);
+        *self.kafka_cause.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(cause.replace('\n', " "));
         self.outage_started(Side::Kafka, cause);
     }
 
@@ -244,6 +254,16 @@ impl Health {
         self.registry_cause
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The authoriser refuses the ledger writes (`Some`), or a write went
+    /// through (`None`). Events still flow meanwhile, but without the
+    /// ledger a lost slot would go unnoticed: not ready.
+    pub(crate) fn set_ledger_refused(&self, refused: Option<String>) {
+        *self
+            .ledger_refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = refused.map(|r| r.replace('\n', " "));
     }
 
     /// A gap in the relayed WAL (see `progress::ledger`): not ready, with
@@ -347,20 +367,42 @@ impl Health {
                 return Err(format!("not connected to Kafka: {refusal}"));
             }
         }
+        if let Some(refused) = &*self
+            .ledger_refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            return Err(format!("position ledger not written: {refused}"));
+        }
+        let kafka_cause = self
+            .kafka_cause
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         if !self.postgres_connected() {
             return Err(
-                match &*self
-                    .postgres_cause
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                {
-                    Some(cause) => format!("not connected to PostgreSQL: {cause}"),
-                    None => "not connected to PostgreSQL (no replication stream open)".into(),
+                match (
+                    &*self
+                        .postgres_cause
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()),
+                    kafka_cause,
+                ) {
+                    (Some(cause), _) => format!("not connected to PostgreSQL: {cause}"),
+                    // The stream was closed for a Kafka-side reconnect:
+                    // Kafka's failure is the one to fix.
+                    (None, Some(cause)) => format!("Kafka failed: {cause}"),
+                    (None, None) => {
+                        "not connected to PostgreSQL (no replication stream open)".into()
+                    }
                 },
             );
         }
         if !self.kafka_connected() {
-            return Err("not connected to Kafka (no acknowledgement or broker connection since the last failure)".into());
+            return Err(match kafka_cause {
+                Some(cause) => format!("Kafka failed: {cause}"),
+                None => "not connected to Kafka (no acknowledgement or broker connection since the last failure)".into(),
+            });
         }
         let stall = self.stall();
         if stall > self.stall_threshold {
@@ -516,6 +558,35 @@ mod tests {
             .readiness()
             .unwrap_err()
             .starts_with("not connected to PostgreSQL"));
+    }
+
+    #[test]
+    fn readiness_names_kafkas_cause_while_the_stream_is_closed_for_it() {
+        let h = health();
+        h.postgres_up();
+        h.kafka_up();
+        // A Kafka-side reconnect closes the stream on purpose.
+        h.kafka_down("delivery failed: Topic authorization failed; grant it WRITE");
+        h.postgres_down(None);
+        let reason = h.readiness().unwrap_err();
+        assert!(
+            reason.starts_with("Kafka failed: delivery failed"),
+            "{reason}"
+        );
+        assert!(reason.contains("grant it WRITE"), "{reason}");
+        h.postgres_up();
+        assert!(h.readiness().unwrap_err().starts_with("Kafka failed"));
+        // PostgreSQL's own failure comes first.
+        h.postgres_down(Some("password authentication failed"));
+        assert!(h.readiness().unwrap_err().contains("PostgreSQL"));
+        h.postgres_up();
+        h.kafka_up();
+        h.readiness().unwrap();
+        h.postgres_down(None);
+        assert!(h
+            .readiness()
+            .unwrap_err()
+            .contains("no replication stream open"));
     }
 
     #[test]

@@ -109,6 +109,12 @@ pub(super) async fn write_entries(
                     Err(e) => {
                         writes.failed(number, std::time::Instant::now());
                         writer.fail(failure_of(&e), &e.to_string());
+                        if e.is_refused_by_authorizer() {
+                            // /readyz names the ACL until a write succeeds.
+                            writer
+                                .telemetry
+                                .emit(RelayEvent::LedgerRefused(&e.to_string()));
+                        }
                         renew(&mut topic);
                     }
                 }

@@ -66,6 +66,8 @@ pub(super) enum RelayEvent<'e> {
     },
     /// How long the ledger has not held the newest entry wanted.
     LedgerLag(Duration),
+    /// The authoriser refused a ledger write (the error names the ACL).
+    LedgerRefused(&'e str),
     /// The start decision: the gap that stops the relay, or none.
     Gap(Option<&'e StartGap>),
     /// A session ended; what it had in flight is re-read by the next one.
@@ -123,7 +125,11 @@ impl RelayTelemetry {
                         .increment(0);
                 }
             }
-            E::LedgerWritten(lsn) => m::gauge_lsn(m::LEDGER_LSN, lsn),
+            E::LedgerWritten(lsn) => {
+                m::gauge_lsn(m::LEDGER_LSN, lsn);
+                self.health.set_ledger_refused(None);
+            }
+            E::LedgerRefused(error) => self.health.set_ledger_refused(Some(error.to_owned())),
             E::LedgerWriteFailed { reason, detail } => {
                 metrics::counter!(m::LEDGER_WRITE_FAILURES, "reason" => reason.label())
                     .increment(1);

@@ -99,6 +99,9 @@ pub struct DeliveryContext {
     reports: UnboundedSender<DeliveryReport>,
     fatal_raised: AtomicBool,
     fatal_reason: Mutex<Option<String>>,
+    /// The topic librdkafka last logged as refused to a transaction by the
+    /// authoriser: the transaction's error does not name it.
+    refused_topic: Mutex<Option<String>>,
     stats: Option<StatsHook>,
 }
 
@@ -108,6 +111,7 @@ impl DeliveryContext {
             reports,
             fatal_raised: AtomicBool::new(false),
             fatal_reason: Mutex::new(None),
+            refused_topic: Mutex::new(None),
             stats: None,
         }
     }
@@ -131,6 +135,14 @@ impl DeliveryContext {
             .clone()
     }
 
+    /// The topic librdkafka last logged as refused to a transaction.
+    pub(crate) fn refused_topic(&self) -> Option<String> {
+        self.refused_topic
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Keeps the first fatal error.
     fn raise_fatal(&self, reason: &str) {
         let mut kept = self.fatal_reason.lock().unwrap_or_else(|e| e.into_inner());
@@ -147,6 +159,9 @@ impl DeliveryContext {
             if detail != text {
                 text = format!("{text}: {detail}");
             }
+        }
+        if let Some(hint) = write_refused_hint(code, message.topic()) {
+            text = format!("{text}; {hint}");
         }
         if matches!(
             code,
@@ -177,6 +192,9 @@ impl ClientContext for DeliveryContext {
         // emitted, at LOG_EMERG) before it fails the records it concerns. The
         // error event that follows carries the underlying code (e.g.
         // GaplessGuarantee), not `Fatal`, so it cannot tell fatal apart.
+        if let Some(topic) = refused_to_transaction(fac, log_message) {
+            *self.refused_topic.lock().unwrap_or_else(|e| e.into_inner()) = Some(topic);
+        }
         if fac == "FATAL" {
             self.raise_fatal(
                 log_message
@@ -258,6 +276,32 @@ pub(super) fn describe(code: RDKafkaErrorCode) -> String {
         .unwrap_or(full)
 }
 
+/// The topic of librdkafka's log line about a partition the authoriser
+/// refused to add to a transaction (`ADDPARTS`: `Failed to add partition
+/// "orders" [0] to transaction: Broker: Topic authorization failed`).
+fn refused_to_transaction(fac: &str, line: &str) -> Option<String> {
+    if fac != "ADDPARTS" || !line.contains("Topic authorization failed") {
+        return None;
+    }
+    let (_, rest) = line.split_once("Failed to add partition \"")?;
+    let (topic, _) = rest.split_once('"')?;
+    Some(topic.to_owned())
+}
+
+/// The ACL to grant when the broker refused a produce to `topic` with
+/// `code`: the authoriser refuses the topic, not the record, so the failure
+/// names the right instead of leaving "Topic authorization failed" to be
+/// read as a bad event.
+pub(super) fn write_refused_hint(code: RDKafkaErrorCode, topic: &str) -> Option<String> {
+    (code == RDKafkaErrorCode::TopicAuthorizationFailed).then(|| {
+        format!(
+            "the principal may not write to topic `{topic}`: grant it WRITE on the topic: \
+             kafka-acls.sh --bootstrap-server BROKER --add --allow-principal User:PRINCIPAL \
+             --operation Write --topic {topic}"
+        )
+    })
+}
+
 /// The per-message error text librdkafka keeps for a failed produce (the
 /// broker's message, or which record of the batch was invalid).
 fn produce_errstr(message: &BorrowedMessage<'_>) -> Option<String> {
@@ -293,6 +337,28 @@ pub(super) fn log_level() -> RDKafkaLogLevel {
 mod tests {
     use super::*;
     use RDKafkaErrorCode as C;
+
+    #[test]
+    fn the_topic_refused_to_a_transaction_is_read_from_librdkafkas_log() {
+        let line = "TxnCoordinator/1: Failed to add partition \"rights.order\" [0] to \
+                    transaction: Broker: Topic authorization failed";
+        assert_eq!(
+            refused_to_transaction("ADDPARTS", line).as_deref(),
+            Some("rights.order")
+        );
+        let other = "TxnCoordinator/1: Failed to add partition \"l\" [0] to transaction: \
+                     Broker: Operation not attempted";
+        assert_eq!(refused_to_transaction("ADDPARTS", other), None);
+        assert_eq!(refused_to_transaction("FATAL", line), None);
+    }
+
+    #[test]
+    fn a_refused_write_names_the_acl_and_nothing_else_does() {
+        let hint = write_refused_hint(C::TopicAuthorizationFailed, "orders").unwrap();
+        assert!(hint.contains("grant it WRITE on the topic"), "{hint}");
+        assert!(hint.contains("--operation Write --topic orders"), "{hint}");
+        assert_eq!(write_refused_hint(C::MessageSizeTooLarge, "orders"), None);
+    }
 
     #[test]
     fn record_level_errors_are_per_event() {

@@ -62,7 +62,7 @@ pub enum SinkError {
     },
 
     /// The broker answered, with an error for this topic (e.g. not authorized).
-    #[error("Kafka topic `{topic}`: {code}")]
+    #[error("Kafka topic `{topic}`: {code}{}", topic_hint(topic, *code))]
     Topic {
         topic: String,
         code: RDKafkaErrorCode,
@@ -76,7 +76,7 @@ pub enum SinkError {
 
     #[error(
         "cannot create Kafka topic `{topic}` (kafka.create_topics = true): {code}{}",
-        creation_hint(*code)
+        creation_hint(topic, *code)
     )]
     CreateTopic {
         topic: String,
@@ -131,8 +131,22 @@ pub(super) fn creation_error(
     SinkError::Client { client, source }
 }
 
+/// The ACL to grant when the broker refuses to describe `topic`: without
+/// DESCRIBE, Kafka answers TopicAuthorizationFailed for its metadata.
+fn topic_hint(topic: &str, code: RDKafkaErrorCode) -> String {
+    if code == RDKafkaErrorCode::TopicAuthorizationFailed {
+        format!(
+            "; grant the principal DESCRIBE (and WRITE) on the topic: kafka-acls.sh \
+             --bootstrap-server BROKER --add --allow-principal User:PRINCIPAL --operation \
+             Describe --operation Write --topic {topic}"
+        )
+    } else {
+        String::new()
+    }
+}
+
 /// What to change when CreateTopics keeps refusing with `code`.
-fn creation_hint(code: RDKafkaErrorCode) -> String {
+fn creation_hint(topic: &str, code: RDKafkaErrorCode) -> String {
     use RDKafkaErrorCode as C;
     match code {
         C::InvalidReplicationFactor => format!(
@@ -140,10 +154,12 @@ fn creation_hint(code: RDKafkaErrorCode) -> String {
              (asked again for {} s)",
             CREATE_TIMEOUT.as_secs()
         ),
-        C::TopicAuthorizationFailed | C::ClusterAuthorizationFailed => {
-            "; grant the principal CREATE, or create the topic and set kafka.create_topics = false"
-                .to_owned()
-        }
+        C::TopicAuthorizationFailed | C::ClusterAuthorizationFailed => format!(
+            "; grant the principal CREATE on the topic (or on the cluster: --cluster), e.g. \
+             kafka-acls.sh --bootstrap-server BROKER --add --allow-principal User:PRINCIPAL \
+             --operation Create --topic {topic}, or create the topic and set \
+             kafka.create_topics = false"
+        ),
         _ => String::new(),
     }
 }
@@ -211,11 +227,15 @@ mod tests {
             code: RDKafkaErrorCode::TopicAuthorizationFailed,
         };
         assert!(e.to_string().contains("kafka.create_topics = false"), "{e}");
+        assert!(
+            e.to_string().contains("--operation Create --topic orders"),
+            "{e}"
+        );
     }
 
     #[test]
     fn an_invalid_replication_factor_names_how_long_it_was_asked() {
-        let hint = creation_hint(RDKafkaErrorCode::InvalidReplicationFactor);
+        let hint = creation_hint("t", RDKafkaErrorCode::InvalidReplicationFactor);
         assert!(
             hint.contains(&format!("{} s", CREATE_TIMEOUT.as_secs())),
             "{hint}"

@@ -66,7 +66,10 @@ pub enum LedgerTopicError {
         code: RDKafkaErrorCode,
     },
 
-    #[error("cannot write the ledger entry to `{topic}`: {source}")]
+    #[error(
+        "cannot write the ledger entry to `{topic}`: {source}{}",
+        write_hint(topic, source)
+    )]
     Write {
         topic: String,
         #[source]
@@ -93,6 +96,9 @@ impl LedgerTopicError {
         match self {
             LedgerTopicError::Refused { .. } => true,
             LedgerTopicError::Describe { code, .. } => is_authorization(*code),
+            LedgerTopicError::Write { source, .. } => {
+                source.rdkafka_error_code().is_some_and(is_authorization)
+            }
             _ => false,
         }
     }
@@ -112,6 +118,18 @@ fn is_authorization(code: RDKafkaErrorCode) -> bool {
         code,
         RDKafkaErrorCode::TopicAuthorizationFailed | RDKafkaErrorCode::ClusterAuthorizationFailed
     )
+}
+
+/// The ACL to grant when the authoriser refused a ledger write.
+fn write_hint(topic: &str, source: &KafkaError) -> String {
+    if source.rdkafka_error_code().is_some_and(is_authorization) {
+        format!(
+            "; grant the principal WRITE on the ledger topic: kafka-acls.sh --bootstrap-server \
+             BROKER --add --allow-principal User:PRINCIPAL --operation Write --topic {topic}"
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// What to do when DescribeConfigs on the ledger topic fails with `code`.
@@ -155,6 +173,25 @@ mod tests {
             reason: "not read to the end within 30s".into(),
         };
         assert!(!slow.is_refused_by_authorizer());
+    }
+
+    #[test]
+    fn a_refused_write_names_the_acl() {
+        let refused = LedgerTopicError::Write {
+            topic: "l".into(),
+            source: KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed),
+        };
+        assert!(refused.is_refused_by_authorizer());
+        assert!(
+            refused.to_string().contains("--operation Write --topic l"),
+            "{refused}"
+        );
+        let slow = LedgerTopicError::Write {
+            topic: "l".into(),
+            source: KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut),
+        };
+        assert!(!slow.is_refused_by_authorizer());
+        assert!(!slow.to_string().contains("grant"), "{slow}");
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub(crate) async fn describe_topic_config<C: ClientContext + 'static>(
 }
 
 /// A librdkafka object destroyed with its destructor when dropped.
-struct Owned<T>(*mut T, unsafe extern "C" fn(*mut T));
+pub(super) struct Owned<T>(pub(super) *mut T, pub(super) unsafe extern "C" fn(*mut T));
 
 impl<T> Drop for Owned<T> {
     fn drop(&mut self) {

@@ -132,20 +132,21 @@ impl From<KafkaError> for CallFailure {
 }
 
 impl TransactionError {
-    fn from_kafka(error: KafkaError, transactional_id: &str) -> TransactionError {
-        TransactionError::from_failure(CallFailure::from(error), transactional_id)
+    fn from_kafka(error: KafkaError, ids: &Ids<'_>) -> TransactionError {
+        TransactionError::from_failure(CallFailure::from(error), ids)
     }
 
-    fn from_failure(f: CallFailure, transactional_id: &str) -> TransactionError {
-        TransactionError::from_parts(f.code, f.message, f.fatal, transactional_id)
+    fn from_failure(f: CallFailure, ids: &Ids<'_>) -> TransactionError {
+        TransactionError::from_parts(f.code, f.message, f.fatal, ids)
     }
 
     fn from_parts(
         code: RDKafkaErrorCode,
         message: String,
         fatal: bool,
-        transactional_id: &str,
+        ids: &Ids<'_>,
     ) -> TransactionError {
+        let transactional_id = ids.transactional_id;
         // An epoch error that is not fatal is librdkafka bumping the epoch
         // after the coordinator timed a transaction out (KIP-360): abort and
         // go on, nobody took the id over.
@@ -159,6 +160,10 @@ impl TransactionError {
                 message,
             };
         }
+        let message = match acl_hint(code, ids) {
+            Some(hint) => format!("{message}; {hint}"),
+            None => message,
+        };
         if fatal {
             return TransactionError::Fatal { code, message };
         }
@@ -166,6 +171,45 @@ impl TransactionError {
         // and resumes from the ledger, which is what a commit whose outcome
         // is unknown needs anyway.
         TransactionError::Abortable { code, message }
+    }
+}
+
+/// What a transaction error may name besides its code.
+pub(super) struct Ids<'a> {
+    pub(super) transactional_id: &'a str,
+    /// The topic librdkafka last logged as refused to the transaction
+    /// (its error does not name it).
+    pub(super) refused_topic: Option<String>,
+}
+
+/// The ACL to grant when the authoriser refused a transaction call with
+/// `code`.
+fn acl_hint(code: RDKafkaErrorCode, ids: &Ids<'_>) -> Option<String> {
+    let transactional_id = ids.transactional_id;
+    match code {
+        RDKafkaErrorCode::TransactionalIdAuthorizationFailed => Some(format!(
+            "grant the principal WRITE and DESCRIBE on the transactional id: kafka-acls.sh \
+             --bootstrap-server BROKER --add --allow-principal User:PRINCIPAL --operation Write \
+             --operation Describe --transactional-id '{transactional_id}' \
+             --resource-pattern-type prefixed"
+        )),
+        RDKafkaErrorCode::TopicAuthorizationFailed if ids.refused_topic.is_some() => {
+            let topic = ids.refused_topic.as_deref().unwrap_or_default();
+            Some(format!(
+                "the principal may not write to topic `{topic}`: grant it WRITE on the topic: \
+                 kafka-acls.sh --bootstrap-server BROKER --add --allow-principal User:PRINCIPAL \
+                 --operation Write --topic {topic}"
+            ))
+        }
+        RDKafkaErrorCode::TopicAuthorizationFailed => Some(
+            "the principal may not write to a topic of this transaction (an outbox topic or \
+             kafka.ledger_topic; librdkafka's log line `Failed to add partition \"<topic>\"` \
+             names it, `outboxd check` names those it knows): grant it WRITE on the topic: \
+             kafka-acls.sh --bootstrap-server BROKER --add --allow-principal User:PRINCIPAL \
+             --operation Write --topic <topic>"
+                .to_owned(),
+        ),
+        _ => None,
     }
 }
 
@@ -185,6 +229,14 @@ pub struct TransactionControl {
 impl TransactionControl {
     pub fn transactional_id(&self) -> &str {
         &self.transactional_id
+    }
+
+    /// What an error of this producer's may name.
+    fn ids(&self) -> Ids<'_> {
+        Ids {
+            transactional_id: &self.transactional_id,
+            refused_topic: self.producer.context().refused_topic(),
+        }
     }
 
     /// Registers the id with its coordinator, fencing any older producer
@@ -216,7 +268,7 @@ impl TransactionControl {
     pub fn begin(&self) -> Result<(), TransactionError> {
         self.producer
             .begin_transaction()
-            .map_err(|e| TransactionError::from_kafka(e, &self.transactional_id))
+            .map_err(|e| TransactionError::from_kafka(e, &self.ids()))
     }
 
     /// Flushes every queued record and commits the transaction, for at most
@@ -272,10 +324,7 @@ impl TransactionControl {
             // `Conflict`: another call goes on, which calling this one
             // again does not move.
             if !failure.retriable || failure.fatal || failure.code == RDKafkaErrorCode::Conflict {
-                return Err(TransactionError::from_failure(
-                    failure,
-                    &self.transactional_id,
-                ));
+                return Err(TransactionError::from_failure(failure, &self.ids()));
             }
             if tokio::time::Instant::now() + RESUME_PAUSE >= deadline {
                 return Err(TransactionError::Unfinished {
@@ -299,10 +348,9 @@ impl TransactionControl {
         call: impl FnOnce(&ThreadedProducer<DeliveryContext>) -> Result<(), KafkaError> + Send + 'static,
     ) -> Result<(), TransactionError> {
         let producer = Arc::clone(&self.producer);
-        let id = Arc::clone(&self.transactional_id);
         let joined = tokio::task::spawn_blocking(move || call(&producer)).await;
         match joined {
-            Ok(result) => result.map_err(|e| TransactionError::from_kafka(e, &id)),
+            Ok(result) => result.map_err(|e| TransactionError::from_kafka(e, &self.ids())),
             Err(e) => Err(TransactionError::Fatal {
                 code: RDKafkaErrorCode::Fail,
                 message: format!("the transaction call did not finish: {e}"),
@@ -411,6 +459,62 @@ impl KafkaSink {
 mod tests {
     use super::*;
 
+    fn ids(transactional_id: &str) -> Ids<'_> {
+        Ids {
+            transactional_id,
+            refused_topic: None,
+        }
+    }
+
+    #[test]
+    fn a_refusal_by_the_authoriser_names_the_acl() {
+        use RDKafkaErrorCode as C;
+        let id = TransactionError::from_parts(
+            C::TransactionalIdAuthorizationFailed,
+            "Failed to acquire transactional PID".into(),
+            true,
+            &ids("outboxd-1/app/s"),
+        );
+        assert!(matches!(id, TransactionError::Fatal { .. }), "{id:?}");
+        let text = id.to_string();
+        assert!(
+            text.contains("--transactional-id 'outboxd-1/app/s' --resource-pattern-type prefixed"),
+            "{text}"
+        );
+        let topic = TransactionError::from_parts(
+            C::TopicAuthorizationFailed,
+            "Failed to add partition(s) to transaction".into(),
+            false,
+            &ids("x"),
+        );
+        assert!(
+            matches!(topic, TransactionError::Abortable { .. }),
+            "{topic:?}"
+        );
+        assert!(
+            topic.to_string().contains("grant it WRITE on the topic"),
+            "{topic}"
+        );
+        let named = TransactionError::from_parts(
+            C::TopicAuthorizationFailed,
+            "Failed to add partition(s) to transaction".into(),
+            false,
+            &Ids {
+                transactional_id: "x",
+                refused_topic: Some("orders".into()),
+            },
+        );
+        assert!(
+            named
+                .to_string()
+                .contains("--operation Write --topic orders"),
+            "{named}"
+        );
+        let other =
+            TransactionError::from_parts(C::RequestTimedOut, "slow".into(), false, &ids("x"));
+        assert!(!other.to_string().contains("grant"), "{other}");
+    }
+
     #[test]
     fn fencing_codes_are_told_apart_from_other_failures() {
         for code in FENCING {
@@ -427,7 +531,7 @@ mod tests {
 
     #[test]
     fn an_epoch_error_fences_only_when_fatal() {
-        let parts = |code, fatal| TransactionError::from_parts(code, "m".into(), fatal, "x");
+        let parts = |code, fatal| TransactionError::from_parts(code, "m".into(), fatal, &ids("x"));
         let bumped = parts(RDKafkaErrorCode::InvalidProducerEpoch, false);
         assert!(
             matches!(bumped, TransactionError::Abortable { .. }),
@@ -447,8 +551,10 @@ mod tests {
 
     #[test]
     fn a_flush_timeout_is_abortable_and_a_fencing_names_the_id() {
-        let e =
-            TransactionError::from_kafka(KafkaError::Flush(RDKafkaErrorCode::MessageTimedOut), "x");
+        let e = TransactionError::from_kafka(
+            KafkaError::Flush(RDKafkaErrorCode::MessageTimedOut),
+            &ids("x"),
+        );
         assert!(matches!(e, TransactionError::Abortable { .. }), "{e:?}");
         let e = TransactionError::Fenced {
             transactional_id: "outboxd-1/app/s".into(),

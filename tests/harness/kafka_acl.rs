@@ -203,3 +203,85 @@ pub fn deny_every_group(bootstrap: &str) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Deletes the DENY of `operation` on `name` for `User:ANONYMOUS` that
+/// [`deny_anonymous`] made (the way to give back a right that another
+/// right implies, such as DESCRIBE with WRITE). Returns how many ACLs it
+/// deleted; the broker applies it a moment later.
+pub fn remove_deny_anonymous(
+    bootstrap: &str,
+    resource: Resource,
+    name: &str,
+    pattern: Pattern,
+    operation: Operation,
+) -> usize {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let name = CString::new(name).unwrap();
+    let principal = CString::new("User:ANONYMOUS").unwrap();
+    let host = CString::new("*").unwrap();
+    let mut errstr = [0 as c_char; 512];
+    let rk = admin.inner().native_ptr();
+    // SAFETY: as in `create_acl`: the pointers outlive the calls, each
+    // object is destroyed once after its last use, the result's arrays
+    // belong to the event and are read before it is destroyed.
+    let outcome = unsafe {
+        let mut filter = rd::rd_kafka_AclBindingFilter_new(
+            resource,
+            name.as_ptr(),
+            pattern,
+            principal.as_ptr(),
+            host.as_ptr(),
+            operation,
+            rd::rd_kafka_AclPermissionType_t::RD_KAFKA_ACL_PERMISSION_TYPE_DENY,
+            errstr.as_mut_ptr(),
+            errstr.len(),
+        );
+        assert!(
+            !filter.is_null(),
+            "AclBindingFilter_new: {}",
+            CStr::from_ptr(errstr.as_ptr()).to_string_lossy()
+        );
+        let queue = rd::rd_kafka_queue_new(rk);
+        rd::rd_kafka_DeleteAcls(rk, &mut filter, 1, std::ptr::null(), queue);
+        let event = rd::rd_kafka_queue_poll(queue, 30_000);
+        let outcome = if event.is_null() {
+            Err("no DeleteAcls result within 30 s".to_owned())
+        } else if rd::rd_kafka_event_error(event)
+            != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+        {
+            Err(CStr::from_ptr(rd::rd_kafka_event_error_string(event))
+                .to_string_lossy()
+                .into_owned())
+        } else {
+            let result = rd::rd_kafka_event_DeleteAcls_result(event);
+            let mut n = 0;
+            let responses = rd::rd_kafka_DeleteAcls_result_responses(result, &mut n);
+            let mut deleted = 0;
+            let mut failed = None;
+            for i in 0..n {
+                let response = *responses.add(i);
+                let error = rd::rd_kafka_DeleteAcls_result_response_error(response);
+                if !error.is_null() {
+                    failed = Some(format!(
+                        "{:?}",
+                        RDKafkaErrorCode::from(rd::rd_kafka_error_code(error))
+                    ));
+                }
+                let mut matching = 0;
+                rd::rd_kafka_DeleteAcls_result_response_matching_acls(response, &mut matching);
+                deleted += matching;
+            }
+            failed.map_or(Ok(deleted), Err)
+        };
+        if !event.is_null() {
+            rd::rd_kafka_event_destroy(event);
+        }
+        rd::rd_kafka_queue_destroy(queue);
+        rd::rd_kafka_AclBinding_destroy(filter);
+        outcome
+    };
+    outcome.unwrap_or_else(|e| panic!("DeleteAcls: {e}"))
+}

@@ -17,7 +17,7 @@ use crate::harness::outboxd::bin;
 use crate::harness::pg::PgOptions;
 use support::{check, env, topic_exists, SLOT};
 
-const EVERY_CHECK: [&str; 15] = [
+const EVERY_CHECK: [&str; 16] = [
     "config",
     "postgres",
     "server version",
@@ -33,6 +33,7 @@ const EVERY_CHECK: [&str; 15] = [
     "topics",
     "ledger topic",
     "idempotence",
+    "rights",
 ];
 
 #[test]
@@ -68,7 +69,7 @@ fn healthy_setup_passes_and_creates_nothing() {
             assert!(names.contains(&name), "no {name:?} line:\n{out}");
         }
         assert!(
-            out.stdout.contains("summary: 17 ok, 0 warn, 0 FAIL"),
+            out.stdout.contains("summary: 20 ok, 0 warn, 0 FAIL"),
             "{out}"
         );
         assert!(

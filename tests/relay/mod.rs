@@ -1,6 +1,7 @@
 //! `outboxd run` (and `outboxd backfill`, `outboxd audit`) against a real PostgreSQL and a
 //! real Kafka broker: the delivery guarantees, including under faults.
 
+mod acl_rights;
 mod audit;
 mod backfill;
 mod backpressure;

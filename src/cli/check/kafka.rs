@@ -35,6 +35,7 @@ pub(crate) fn skipped(why: &str) -> Vec<Line> {
         Line::skip("topics", why),
         Line::skip("ledger topic", why),
         Line::skip("idempotence", why),
+        Line::skip("rights", why),
     ]
 }
 
@@ -64,6 +65,7 @@ pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
             lines.extend(topic_lines(&admin, &cfg).await);
             lines.push(ledger_line(&admin, &cfg).await);
             lines.push(idempotence_line(&brokers, &cfg).await);
+            lines.extend(super::rights::lines(&admin, &cfg, &brokers).await);
             lines
         }
         Reach::Failed {
@@ -115,7 +117,7 @@ pub(crate) async fn check(brokers: String, cfg: Config) -> Vec<Line> {
 
 /// Topic templates and where each is configured. Topics the relay may
 /// write to: the default route, each rule's, and the dead-letter topic.
-fn templates(cfg: &Config) -> Vec<(String, String)> {
+pub(super) fn templates(cfg: &Config) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut keys_seen = Vec::new();
     for t in cfg.tables() {

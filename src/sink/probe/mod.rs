@@ -1,12 +1,16 @@
 //! Questions `outboxd check` asks the Kafka cluster, creating and producing
 //! nothing: may a topic be created, does an idempotent producer get a
 //! producer id (`producer_id`), do transactions work (`init_transactions`),
-//! does the ledger topic keep enough copies (`ledger_replicas`).
+//! does the ledger topic keep enough copies (`ledger_replicas`), which
+//! rights the principal has on a topic (`describe_topics` asks,
+//! `topic_rights` judges).
 //! The answers are facts; `cli::check` turns them into its lines.
 
+pub(crate) mod describe_topics;
 pub(crate) mod init_transactions;
 pub(crate) mod ledger_replicas;
 pub(crate) mod producer_id;
+pub(crate) mod topic_rights;
 
 use std::sync::Arc;
 use std::time::Duration;

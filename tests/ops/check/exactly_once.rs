@@ -35,7 +35,7 @@ fn transactions_pass_on_the_test_broker_and_a_high_timeout_fails() {
         assert_eq!(out.line(name).0, "ok", "{name}:\n{out}");
     }
     assert!(
-        out.stdout.contains("summary: 19 ok, 0 warn, 0 FAIL"),
+        out.stdout.contains("summary: 20 ok, 0 warn, 0 FAIL"),
         "{out}"
     );
     let system = e.count("SELECT system_identifier FROM pg_control_system()");
