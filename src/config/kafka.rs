@@ -9,6 +9,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use crate::config::error::ConfigError;
+use crate::config::units::de_duration;
 
 /// librdkafka's default `transaction.timeout.ms`.
 pub(crate) const DEFAULT_TRANSACTION_TIMEOUT_MS: u64 = 60_000;
@@ -31,6 +32,15 @@ pub(crate) const DEFAULT_LEDGER_TOPIC: &str = "outboxd.positions";
 /// should be as durable as the cluster makes topics by default, and a
 /// single development broker (default 1) still accepts it.
 pub(crate) const DEFAULT_LEDGER_REPLICATION_FACTOR: i32 = -1;
+/// How long the oldest record the data producer holds (or a Kafka
+/// transaction's commit) may go unacknowledged before the watchdog asks
+/// fresh metadata whether the cluster has a leader for every partition the
+/// relay writes, and replaces the producer if it has. A third of the
+/// default `message.timeout.ms` (30 s): a healthy cluster acks in
+/// milliseconds, an election takes a few seconds, and a stuck client (see
+/// docs/operations.md, "A producer stuck while the cluster is healthy")
+/// otherwise holds the slot for the whole timeout.
+pub(crate) const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(10);
 /// Kafka's limit on a topic name's length.
 const MAX_TOPIC_NAME: usize = 249;
 
@@ -60,6 +70,9 @@ pub struct KafkaConfig {
     /// The producer's `transactional.id` with `relay.delivery =
     /// "exactly-once"`; `None`: derived from the ledger key.
     pub transactional_id: Option<String>,
+    /// See [`DEFAULT_STUCK_AFTER`]; `"0s"` turns the watchdog off.
+    #[serde(deserialize_with = "de_duration")]
+    pub stuck_after: Duration,
 }
 
 impl Default for KafkaConfig {
@@ -73,6 +86,7 @@ impl Default for KafkaConfig {
             ledger_replication_factor: DEFAULT_LEDGER_REPLICATION_FACTOR,
             properties: BTreeMap::new(),
             transactional_id: None,
+            stuck_after: DEFAULT_STUCK_AFTER,
         }
     }
 }

@@ -103,6 +103,10 @@ pub(crate) const KAFKA_OUTBOUND_QUEUE_BYTES: &str = "outboxd_kafka_outbound_queu
 /// `unauthorized`, `error` (another answer) or `unavailable` (no answer,
 /// or 5xx) (counter). Flat while events flow: schemas are cached.
 pub(crate) const SCHEMA_REGISTRY_REQUESTS: &str = "outboxd_schema_registry_requests_total";
+/// Kafka producers the relay replaced, by `reason`: `refused` (a record the
+/// broker refused ended it) or `stuck` (the watchdog, `kafka.stuck_after`:
+/// unacknowledged too long while every partition had a leader) (counter).
+pub(crate) const PRODUCER_REPLACEMENTS: &str = "outboxd_kafka_producer_replacements_total";
 /// Always 1, labelled with the version (gauge).
 pub(crate) const BUILD_INFO: &str = "outboxd_build_info";
 

@@ -56,6 +56,7 @@ mod client_log;
 mod config;
 mod delivery;
 pub(crate) mod error;
+mod leaders;
 mod ledger_error;
 mod ledger_reader;
 mod ledger_topic;
@@ -79,6 +80,7 @@ pub use delivery::{
 };
 pub use error::SendError;
 pub(crate) use error::SinkError;
+pub(crate) use leaders::{fresh_leaders, Leaders};
 pub use ledger_error::LedgerTopicError;
 pub use ledger_reader::{LedgerReader, ReadTo};
 pub use ledger_topic::{

@@ -7,6 +7,10 @@
 //! deliver them. New connections made meanwhile are accepted (the proxy's
 //! kernel answers the SYN) but reach the server only after healing.
 //!
+//! It can also freeze only the connections open so far
+//! ([`Proxy::freeze_existing`]) while new ones pass: a client whose own
+//! connections hang, on a healthy cluster that fresh clients reach.
+//!
 //! It can also put a server far away ([`Proxy::start_delayed`]): every chunk
 //! is forwarded a fixed time after it arrived, in each direction, with no
 //! limit on what is on its way (a long fat link, not a slow one). The
@@ -14,7 +18,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,12 +32,19 @@ struct Switch {
     stop: AtomicBool,
     /// How long each chunk takes, one way.
     delay: Duration,
+    /// Numbers the connections in the order they were accepted.
+    accepted: AtomicU64,
+    /// Connections numbered below this are frozen for good.
+    frozen_below: AtomicU64,
 }
 
 impl Switch {
-    /// Waits while the link is a black hole; false once the proxy stops.
-    fn wait_open(&self) -> bool {
-        while self.black_hole.load(SeqCst) && !self.stop.load(SeqCst) {
+    /// Waits while the link is a black hole for connection `number`; false
+    /// once the proxy stops.
+    fn wait_open(&self, number: u64) -> bool {
+        while (self.black_hole.load(SeqCst) || number < self.frozen_below.load(SeqCst))
+            && !self.stop.load(SeqCst)
+        {
             std::thread::sleep(POLL);
         }
         !self.stop.load(SeqCst)
@@ -67,7 +78,8 @@ impl Proxy {
                 match listener.accept() {
                     Ok((client, _)) => {
                         let s = Arc::clone(&s);
-                        std::thread::spawn(move || connect(client, upstream, s));
+                        let number = s.accepted.fetch_add(1, SeqCst);
+                        std::thread::spawn(move || connect(client, upstream, s, number));
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(POLL),
                     Err(_) => std::thread::sleep(POLL),
@@ -86,6 +98,14 @@ impl Proxy {
         self.switch.black_hole.store(true, SeqCst);
     }
 
+    /// From now on nothing passes on the connections accepted so far, in
+    /// either direction, for good (no RST, no FIN); connections accepted
+    /// later pass.
+    pub fn freeze_existing(&self) {
+        let accepted = self.switch.accepted.load(SeqCst);
+        self.switch.frozen_below.store(accepted, SeqCst);
+    }
+
     pub fn heal(&self) {
         self.switch.black_hole.store(false, SeqCst);
     }
@@ -97,9 +117,9 @@ impl Drop for Proxy {
     }
 }
 
-fn connect(client: TcpStream, upstream: SocketAddr, switch: Arc<Switch>) {
+fn connect(client: TcpStream, upstream: SocketAddr, switch: Arc<Switch>, number: u64) {
     let _ = client.set_nonblocking(false);
-    if !switch.wait_open() {
+    if !switch.wait_open(number) {
         return;
     }
     let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(5)) else {
@@ -109,14 +129,14 @@ fn connect(client: TcpStream, upstream: SocketAddr, switch: Arc<Switch>) {
         return;
     };
     let s = Arc::clone(&switch);
-    std::thread::spawn(move || pump(client, server, s));
-    pump(server2, client2, switch);
+    std::thread::spawn(move || pump(client, server, s, number));
+    pump(server2, client2, switch, number);
 }
 
 /// Copies `from` to `to` while the link is open; closes both at the end.
-fn pump(from: TcpStream, to: TcpStream, switch: Arc<Switch>) {
+fn pump(from: TcpStream, to: TcpStream, switch: Arc<Switch>, number: u64) {
     if switch.delay.is_zero() {
-        pump_now(from, to, switch);
+        pump_now(from, to, switch, number);
     } else {
         pump_delayed(from, to, switch);
     }
@@ -156,11 +176,11 @@ fn pump_delayed(mut from: TcpStream, mut to: TcpStream, switch: Arc<Switch>) {
     let _ = from.shutdown(Shutdown::Both);
 }
 
-fn pump_now(mut from: TcpStream, mut to: TcpStream, switch: Arc<Switch>) {
+fn pump_now(mut from: TcpStream, mut to: TcpStream, switch: Arc<Switch>, number: u64) {
     let _ = from.set_read_timeout(Some(POLL));
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        if !switch.wait_open() {
+        if !switch.wait_open(number) {
             break;
         }
         let n = match from.read(&mut buf) {
@@ -170,7 +190,7 @@ fn pump_now(mut from: TcpStream, mut to: TcpStream, switch: Arc<Switch>) {
             Err(_) => break,
         };
         // Read just as the switch flipped: hold it like the rest.
-        if !switch.wait_open() || to.write_all(&buf[..n]).is_err() {
+        if !switch.wait_open(number) || to.write_all(&buf[..n]).is_err() {
             break;
         }
     }

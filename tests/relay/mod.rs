@@ -24,6 +24,7 @@ mod poison;
 mod slot_loss;
 mod slow_commits;
 mod standby;
+mod stuck_producer;
 mod table_watch;
 mod table_watch_idle;
 mod tables;
