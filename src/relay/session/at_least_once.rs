@@ -12,6 +12,13 @@
 //! sends the taken-back records again in WAL order, each refused one alone,
 //! before anything newer (`Session::resend_pending`). Duplicates are
 //! bounded by the records in flight.
+//!
+//! A producer the watchdog finds stuck (`kafka.stuck_after`, see
+//! [`watchdog`](super::watchdog)) is replaced the same way, its records
+//! purged at once rather than waited for: they keep their tracker slots
+//! until a fresh producer's acks, so the slot never passes them. A copy
+//! the old producer had on the wire may still land later: a duplicate,
+//! which consumers drop by the `id` header.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
