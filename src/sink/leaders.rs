@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
@@ -49,8 +49,9 @@ impl fmt::Display for Leaders {
 }
 
 /// Asks the cluster, on a fresh client, who leads each partition of
-/// `topics`; `Err` with why when it did not answer within `timeout`. Blocks
-/// (librdkafka's metadata call): run it on the blocking pool.
+/// `topics`; `Err` with why when it did not answer within `timeout`, for
+/// all of them together. Blocks (librdkafka's metadata call): run it on the
+/// blocking pool.
 pub(crate) fn fresh_leaders(
     brokers: &str,
     kafka: &KafkaConfig,
@@ -63,9 +64,11 @@ pub(crate) fn fresh_leaders(
         partitions: 0,
         leaderless: Vec::new(),
     };
+    let deadline = Instant::now() + timeout;
     for topic in topics {
+        let left = deadline.saturating_duration_since(Instant::now());
         let metadata = client
-            .fetch_metadata(Some(topic), timeout)
+            .fetch_metadata(Some(topic), left)
             .map_err(|e| format!("no metadata for {topic}: {e}"))?;
         let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
             leaders.leaderless.push(topic.clone());

@@ -13,9 +13,10 @@ use super::telemetry::TelemetryEvent;
 use super::watchdog::Verdict;
 use crate::sink::{fresh_leaders, Leaders};
 
-/// How long the fresh metadata may take. A cluster that cannot answer
-/// within it is in trouble of its own, which is the producer's timeouts'
-/// to wait out.
+/// How long the fresh metadata may take, for every topic together: the
+/// loop waits for it (the driver keeps the walsender served meanwhile). A
+/// cluster that cannot answer within it is in trouble of its own, which is
+/// the producer's timeouts' to wait out.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl<D: DeliveryMode> Session<'_, D> {
