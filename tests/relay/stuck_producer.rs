@@ -30,7 +30,7 @@ const STUCK_AFTER: &str = "3s";
 /// The relay's `message.timeout.ms` (its default, which the tests leave).
 const MESSAGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// From the freeze to the slot confirmed past everything written after it:
-/// the limit, the fresh metadata, taking back what the producer held (or a
+/// the limit, the fresh metadata (asked twice, 2 s apart), taking back what the producer held (or a
 /// new session's start, exactly-once) and the resend, with slack for a
 /// loaded host. Without the watchdog it takes the message timeout or more.
 const RECOVERY_BOUND: Duration = Duration::from_secs(15);

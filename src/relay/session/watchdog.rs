@@ -5,9 +5,10 @@
 //! A producer holds progress back from the moment the oldest record it
 //! holds was sent (at-least-once) or its Kafka transaction's commit began
 //! (exactly-once). Past the limit, the watchdog asks for fresh metadata.
-//! When it shows a leader for every partition the relay writes, the cluster
-//! is fine and the client is stuck: replace the producer now rather than
-//! wait for `message.timeout.ms` (or `transaction.timeout.ms`). When it does
+//! When it shows a leader for every partition the relay writes, and still
+//! does [`CONFIRM_AFTER`] later with the same record held, the cluster is
+//! fine and the client is stuck: replace the producer now rather than wait
+//! for `message.timeout.ms` (or `transaction.timeout.ms`). When it does
 //! not, or no metadata comes, the cluster is what is wrong: the producer's
 //! own timeouts and retries deal with that, and the watchdog looks again one
 //! limit later.
@@ -15,6 +16,16 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// How long after a first answer with every leader the watchdog asks again
+/// before it calls the producer stuck. A broker that was only paused
+/// answers a metadata request asked during the pause the moment it
+/// resumes, a little before the producer's own requests are answered
+/// (seen in `relay::faults::paused_broker…`: a replacement 12 s into a 10 s
+/// pause, with 500 records that the old producer's acks were about to
+/// cover). A producer that is not stuck has its acks within a round trip of
+/// the cluster answering again.
+pub(super) const CONFIRM_AFTER: Duration = Duration::from_secs(2);
 
 /// What the watchdog makes of the producer now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +49,9 @@ pub(super) struct Watchdog {
     limit: Option<Duration>,
     /// After cluster trouble, no new look before this.
     quiet_until: Option<Instant>,
+    /// When metadata first showed every leader while the producer held
+    /// what it has held since the first `Instant`.
+    led: Option<(Instant, Instant)>,
 }
 
 impl Watchdog {
@@ -46,6 +60,7 @@ impl Watchdog {
         Watchdog {
             limit: (!stuck_after.is_zero()).then_some(stuck_after),
             quiet_until: None,
+            led: None,
         }
     }
 
@@ -60,9 +75,18 @@ impl Watchdog {
         leaders_known: Option<bool>,
     ) -> Verdict {
         let (Some(limit), Some(since)) = (self.limit, holding_since) else {
+            self.led = None;
             return Verdict::Fine { look_at: None };
         };
-        let due = (since + limit).max(self.quiet_until.unwrap_or(since));
+        // A first answer for an earlier hold says nothing about this one.
+        let led_at = match self.led {
+            Some((held, at)) if held == since => Some(at),
+            _ => None,
+        };
+        let confirm_at = led_at.map(|at| at + CONFIRM_AFTER);
+        let due = (since + limit)
+            .max(self.quiet_until.unwrap_or(since))
+            .max(confirm_at.unwrap_or(since));
         if now < due {
             return Verdict::Fine { look_at: Some(due) };
         }
@@ -70,10 +94,18 @@ impl Watchdog {
             None => Verdict::AskLeaders,
             Some(false) => {
                 self.quiet_until = Some(now + limit);
+                self.led = None;
                 Verdict::ClusterTrouble
             }
-            Some(true) => {
+            Some(true) if led_at.is_none() => {
                 self.quiet_until = None;
+                self.led = Some((since, now));
+                Verdict::Fine {
+                    look_at: Some(now + CONFIRM_AFTER),
+                }
+            }
+            Some(true) => {
+                self.led = None;
                 Verdict::Stuck { age: now - since }
             }
         }
@@ -145,18 +177,74 @@ mod tests {
         ));
     }
 
+    /// Asks, hears "every leader", and asks again `CONFIRM_AFTER` later.
+    fn led_twice(w: &mut Watchdog, now: Instant, since: Instant) -> Verdict {
+        assert_eq!(w.check(now, Some(since), None), Verdict::AskLeaders);
+        assert_eq!(
+            w.check(now, Some(since), Some(true)),
+            Verdict::Fine {
+                look_at: Some(now + CONFIRM_AFTER)
+            }
+        );
+        let later = now + CONFIRM_AFTER;
+        assert_eq!(w.check(later, Some(since), None), Verdict::AskLeaders);
+        w.check(later, Some(since), Some(true))
+    }
+
     #[test]
-    fn past_the_limit_it_asks_for_leaders_then_replaces_only_when_all_are_led() {
+    fn past_the_limit_it_replaces_only_when_every_leader_is_seen_twice() {
+        let now = Instant::now();
+        let mut w = Watchdog::new(LIMIT);
+        let since = now - Duration::from_secs(12);
+        assert_eq!(
+            led_twice(&mut w, now, since),
+            Verdict::Stuck {
+                age: Duration::from_secs(12) + CONFIRM_AFTER
+            }
+        );
+    }
+
+    #[test]
+    fn an_ack_between_the_two_answers_starts_over() {
         let now = Instant::now();
         let mut w = Watchdog::new(LIMIT);
         let since = now - Duration::from_secs(12);
         assert_eq!(w.check(now, Some(since), None), Verdict::AskLeaders);
-        assert_eq!(
+        assert!(matches!(
             w.check(now, Some(since), Some(true)),
-            Verdict::Stuck {
-                age: Duration::from_secs(12)
-            }
+            Verdict::Fine { .. }
+        ));
+        // The held record was acked; the next one has been held for 11 s.
+        let later = now + CONFIRM_AFTER;
+        let next = later - Duration::from_secs(11);
+        assert_eq!(w.check(later, Some(next), None), Verdict::AskLeaders);
+        assert!(matches!(
+            w.check(later, Some(next), Some(true)),
+            Verdict::Fine { .. }
+        ));
+    }
+
+    #[test]
+    fn cluster_trouble_between_the_two_answers_starts_over() {
+        let now = Instant::now();
+        let mut w = Watchdog::new(LIMIT);
+        let since = now - Duration::from_secs(12);
+        assert_eq!(w.check(now, Some(since), None), Verdict::AskLeaders);
+        assert!(matches!(
+            w.check(now, Some(since), Some(true)),
+            Verdict::Fine { .. }
+        ));
+        let later = now + CONFIRM_AFTER;
+        assert_eq!(
+            w.check(later, Some(since), Some(false)),
+            Verdict::ClusterTrouble
         );
+        let after = later + LIMIT;
+        assert_eq!(w.check(after, Some(since), None), Verdict::AskLeaders);
+        assert!(matches!(
+            w.check(after, Some(since), Some(true)),
+            Verdict::Fine { .. }
+        ));
     }
 
     #[test]
@@ -177,16 +265,15 @@ mod tests {
             }
         );
         let later = now + LIMIT;
-        assert_eq!(w.check(later, Some(since), None), Verdict::AskLeaders);
         assert_eq!(
-            w.check(later, Some(since), Some(true)),
+            led_twice(&mut w, later, since),
             Verdict::Stuck {
-                age: Duration::from_secs(21)
+                age: Duration::from_secs(21) + CONFIRM_AFTER
             }
         );
         // A replacement ends the quiet time: the next producer is judged
         // from its own records.
-        let next = later + Duration::from_secs(1);
+        let next = later + CONFIRM_AFTER + Duration::from_secs(1);
         assert_eq!(
             w.check(next, Some(next), None),
             Verdict::Fine {
