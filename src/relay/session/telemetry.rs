@@ -228,12 +228,14 @@ impl Telemetry {
                 );
                 metrics::counter!(m::PRODUCER_REPLACEMENTS, "reason" => "stuck").increment(1);
             }
+            // Once per kafka.stuck_after while it lasts: the outage itself
+            // is told by the health's KafkaDown, once.
             E::ClusterTrouble {
                 age,
                 holding,
                 leaders,
             } => {
-                tracing::warn!(
+                tracing::info!(
                     age_s = age.as_secs_f64(),
                     %holding,
                     metadata = %leaders,
