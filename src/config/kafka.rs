@@ -9,6 +9,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use crate::config::error::ConfigError;
+use crate::config::units::de_duration;
 use crate::config::units::de_opt_duration;
 
 /// librdkafka's default `transaction.timeout.ms`.
@@ -46,6 +47,15 @@ pub(crate) const LEDGER_WRITE_TIMEOUT_MAX: Duration = Duration::from_secs(30);
 /// The shortest `kafka.ledger_write_timeout` accepted: librdkafka needs
 /// `message.timeout.ms` above `linger.ms`, and a write takes a round trip.
 const LEDGER_WRITE_TIMEOUT_FLOOR: Duration = Duration::from_secs(1);
+/// How long the oldest record the data producer holds (or a Kafka
+/// transaction's commit) may go unacknowledged before the watchdog asks
+/// fresh metadata whether the cluster has a leader for every partition the
+/// relay writes, and replaces the producer if it has. A third of the
+/// default `message.timeout.ms` (30 s): a healthy cluster acks in
+/// milliseconds, an election takes a few seconds, and a stuck client (see
+/// docs/operations.md, "A producer stuck while the cluster is healthy")
+/// otherwise holds the slot for the whole timeout.
+pub(crate) const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(10);
 /// Kafka's limit on a topic name's length.
 const MAX_TOPIC_NAME: usize = 249;
 
@@ -80,6 +90,9 @@ pub struct KafkaConfig {
     /// ([`KafkaConfig::ledger_write_timeout`]).
     #[serde(deserialize_with = "de_opt_duration")]
     pub ledger_write_timeout: Option<Duration>,
+    /// See [`DEFAULT_STUCK_AFTER`]; `"0s"` turns the watchdog off.
+    #[serde(deserialize_with = "de_duration")]
+    pub stuck_after: Duration,
 }
 
 impl Default for KafkaConfig {
@@ -94,6 +107,7 @@ impl Default for KafkaConfig {
             properties: BTreeMap::new(),
             transactional_id: None,
             ledger_write_timeout: None,
+            stuck_after: DEFAULT_STUCK_AFTER,
         }
     }
 }

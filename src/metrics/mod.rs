@@ -115,6 +115,10 @@ fn describe() {
     );
     describe_counter!(RECONNECTS, "Pipeline reconnects, by cause");
     describe_counter!(
+        PRODUCER_REPLACEMENTS,
+        "Kafka producers replaced, by reason (refused, stuck)"
+    );
+    describe_counter!(
         SCHEMA_REGISTRY_REQUESTS,
         "Requests to the schema registry, by outcome"
     );

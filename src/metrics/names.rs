@@ -117,6 +117,10 @@ pub(crate) const SCHEMA_CACHE_ENTRIES: &str = "outboxd_schema_registry_cached_sc
 /// re-read of a `latest` subject, by `subject` (the route) and `reason`
 /// (`not_json`, `mismatch`, `encode`) (counter).
 pub(crate) const ENCODE_FAILURES: &str = "outboxd_value_encode_failures_total";
+/// Kafka producers the relay replaced, by `reason`: `refused` (a record the
+/// broker refused ended it) or `stuck` (the watchdog, `kafka.stuck_after`:
+/// unacknowledged too long while every partition had a leader) (counter).
+pub(crate) const PRODUCER_REPLACEMENTS: &str = "outboxd_kafka_producer_replacements_total";
 /// Always 1, labelled with the version (gauge).
 pub(crate) const BUILD_INFO: &str = "outboxd_build_info";
 

@@ -471,3 +471,22 @@ fn takes_back_everything_sent_in_id_order() {
     t.reset(lsn(0));
     assert_eq!(t.sent_count(), 0);
 }
+
+#[test]
+fn the_oldest_sent_is_the_lowest_id_the_producer_still_holds() {
+    let mut t: AckTracker<u64> = AckTracker::new(lsn(0));
+    assert!(t.oldest_sent().is_none());
+    let ids: Vec<_> = (0..4).map(|_| t.push_event(1)).collect();
+    // The first is not with the producer (waiting to be sent again).
+    for id in [ids[2], ids[1], ids[3]] {
+        t.sent(id, id.get()).unwrap();
+    }
+    assert_eq!(t.oldest_sent(), Some((ids[1], &1)));
+    assert_eq!(t.iter_sent().copied().collect::<Vec<_>>(), [1, 2, 3]);
+    // Reported: no longer held, the next one is the oldest.
+    t.take_sent(ids[1].get());
+    t.ack(ids[1]).unwrap();
+    assert_eq!(t.oldest_sent(), Some((ids[2], &2)));
+    t.take_all_sent();
+    assert!(t.oldest_sent().is_none());
+}

@@ -261,6 +261,23 @@ impl<T> AckTracker<T> {
         self.sent
     }
 
+    /// The oldest delivery the producer holds, and what it was handed.
+    pub(crate) fn oldest_sent(&self) -> Option<(DeliveryId, &T)> {
+        if self.sent == 0 {
+            return None;
+        }
+        let base = self.base();
+        self.deliveries
+            .iter()
+            .enumerate()
+            .find_map(|(i, d)| d.sent.as_ref().map(|t| (DeliveryId(base + i as u64), t)))
+    }
+
+    /// What the producer holds, in id order.
+    pub(crate) fn iter_sent(&self) -> impl Iterator<Item = &T> {
+        self.deliveries.iter().filter_map(|d| d.sent.as_ref())
+    }
+
     /// Takes back everything the producer holds, in id order.
     pub(crate) fn take_all_sent(&mut self) -> Vec<T> {
         self.sent = 0;

@@ -11,7 +11,9 @@
 //!    ([`TableWatch`]: halt),
 //! 2. delivery reports (acks move the confirmable position; a transport
 //!    failure ends the session),
-//! 3. the drain deadline,
+//! 3. the producer watchdog ([`watchdog`]: a producer that holds records
+//!    past `kafka.stuck_after` while the cluster has every leader is
+//!    replaced), then the drain deadline,
 //! 4. a status update the driver sent, or the time the delivery mode asked
 //!    to be woken at ([`DeliveryMode::wake_at`]: the ledger's interval, a
 //!    Kafka transaction's commit),
@@ -44,10 +46,12 @@ mod exactly_once;
 mod mode;
 mod parts;
 mod poison;
+mod producer_watch;
 mod send;
 mod shutdown;
 mod telemetry;
 mod verdicts;
+mod watchdog;
 mod window;
 
 pub(super) use parts::{Lent, SessionEnd};
@@ -70,6 +74,7 @@ use exactly_once::ExactlyOnce;
 use mode::DeliveryMode;
 use parts::{Session, Stream};
 use telemetry::{Telemetry, TelemetryEvent};
+use watchdog::Watchdog;
 use window::{Halt, Limits, Relayed, Window};
 
 /// Items taken from the driver per wake-up at most, so that reports and
@@ -168,6 +173,7 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
             topics,
             telemetry,
             drain_deadline: None,
+            watchdog: Watchdog::new(settings.config.kafka.stuck_after),
         })
     }
 
@@ -205,7 +211,9 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
         // transaction, so a restart does not repeat half of it.
         let reading = self.may_read();
         let wake_at = D::wake_at(self);
-        let far = Instant::now() + Duration::from_secs(86400 * 365);
+        let now = Instant::now();
+        let watch_at = self.watch_at(now);
+        let far = now + Duration::from_secs(86400 * 365);
         let draining = self.drain_deadline.is_some();
         let end = tokio::select! {
             biased;
@@ -223,6 +231,10 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
                 WatchNews::Lost(e) => return Err(SourceError::from(e).into()),
             },
             news = self.delivery.news() => D::on_news(self, news).await?,
+            // After the news: an ack that came in time is no stuck producer.
+            _ = tokio::time::sleep_until(watch_at.unwrap_or(far)), if watch_at.is_some() => {
+                self.watch_producer().await?
+            }
             _ = tokio::time::sleep_until(self.drain_deadline.unwrap_or(far)), if draining => None,
             // The driver confirmed something new, or the ledger may take
             // what it confirmed: the mode offers it at the turn's end. An

@@ -57,6 +57,7 @@ mod config;
 pub(crate) mod connect_cause;
 mod delivery;
 pub(crate) mod error;
+mod leaders;
 mod ledger_error;
 mod ledger_reader;
 mod ledger_topic;
@@ -81,6 +82,7 @@ pub use delivery::{
 };
 pub use error::SendError;
 pub(crate) use error::SinkError;
+pub(crate) use leaders::{fresh_leaders, Leaders};
 pub use ledger_error::LedgerTopicError;
 pub use ledger_reader::{LedgerReader, ReadTo};
 pub(crate) use ledger_topic::LedgerWrite;

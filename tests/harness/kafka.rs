@@ -192,6 +192,27 @@ impl KafkaBroker {
         broker
     }
 
+    /// As [`start_behind`](Self::start_behind), but the broker's own
+    /// connections (to itself, for transaction markers) go to an internal
+    /// listener that bypasses the proxy: what the proxy does to the
+    /// clients' connections leaves the cluster itself healthy.
+    pub fn start_behind_for_clients(proxy_port: u16, port: u16) -> KafkaBroker {
+        let (cport, internal) = (
+            crate::harness::http::free_port(),
+            crate::harness::http::free_port(),
+        );
+        let extra = format!(
+            "listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport},INTERNAL://127.0.0.1:{internal}\n\
+             controller.quorum.voters=1@127.0.0.1:{cport}\n\
+             advertised.listeners=PLAINTEXT://127.0.0.1:{proxy_port},INTERNAL://127.0.0.1:{internal}\n\
+             inter.broker.listener.name=INTERNAL\n\
+             listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT\n"
+        );
+        let mut broker = KafkaBroker::start_on(Some(port), &extra);
+        broker.bootstrap = format!("127.0.0.1:{proxy_port}");
+        broker
+    }
+
     fn start_on(port: Option<u16>, extra: &str) -> KafkaBroker {
         let dir = tempfile::Builder::new()
             .prefix("outboxd-kafka-")

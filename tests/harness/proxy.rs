@@ -13,6 +13,9 @@
 //! from that chunk on, while every connection made later passes. A client
 //! then waits on a connection that never answers, as one stuck after a
 //! fenced broker does, and a fresh client of the same kind works at once.
+//! It can also freeze only the connections open so far
+//! ([`Proxy::freeze_existing`]) while new ones pass: a client whose own
+//! connections hang, on a healthy cluster that fresh clients reach.
 //!
 //! It can also put a server far away ([`Proxy::start_delayed`]): every chunk
 //! is forwarded a fixed time after it arrived, in each direction, with no
@@ -42,6 +45,9 @@ struct Switch {
     freeze: Mutex<Option<(u64, Vec<u8>)>>,
     /// Connections frozen so far.
     frozen: AtomicUsize,
+    /// Connections numbered below this are frozen for good
+    /// (see [`Proxy::freeze_existing`]).
+    frozen_below: AtomicU64,
 }
 
 /// One proxied connection, shared by its two pumps.
@@ -55,7 +61,10 @@ impl Switch {
     /// Waits while the link is a black hole or frozen; false once the
     /// proxy stops.
     fn wait_open(&self, link: &Link) -> bool {
-        while (self.black_hole.load(SeqCst) || link.frozen.load(SeqCst)) && !self.stop.load(SeqCst)
+        while (self.black_hole.load(SeqCst)
+            || link.frozen.load(SeqCst)
+            || link.number < self.frozen_below.load(SeqCst))
+            && !self.stop.load(SeqCst)
         {
             std::thread::sleep(POLL);
         }
@@ -121,6 +130,14 @@ impl Proxy {
     /// From now on nothing passes, in either direction.
     pub fn black_hole(&self) {
         self.switch.black_hole.store(true, SeqCst);
+    }
+
+    /// From now on nothing passes on the connections accepted so far, in
+    /// either direction, for good (no RST, no FIN); connections accepted
+    /// later pass.
+    pub fn freeze_existing(&self) {
+        let accepted = self.switch.accepted.load(SeqCst);
+        self.switch.frozen_below.store(accepted, SeqCst);
     }
 
     pub fn heal(&self) {

@@ -27,6 +27,7 @@ mod secure;
 mod slot_loss;
 mod slow_commits;
 mod standby;
+mod stuck_producer;
 mod table_watch;
 mod table_watch_idle;
 mod tables;

@@ -12,16 +12,25 @@
 //! sends the taken-back records again in WAL order, each refused one alone,
 //! before anything newer (`Session::resend_pending`). Duplicates are
 //! bounded by the records in flight.
+//!
+//! A producer the watchdog finds stuck (`kafka.stuck_after`, see
+//! [`watchdog`](super::watchdog)) is replaced the same way, its records
+//! purged at once rather than waited for: they keep their tracker slots
+//! until a fresh producer's acks, so the slot never passes them. A copy
+//! the old producer had on the wire may still land later: a duplicate,
+//! which consumers drop by the `id` header.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
-use super::mode::{producer, retire, DeliveryMode, Drain, Step};
+use super::mode::{producer, retire, DeliveryMode, Drain, Step, Stuck};
 use super::parts::{Reconnect, Session};
 use super::send::Trouble;
 use super::telemetry::TelemetryEvent;
+use super::watchdog::OldestSample;
 use super::window::{ends_with_the_producer, InFlight, Window};
 use crate::relay::error::RelayError;
 use crate::relay::ledger::{RelayLedger, Start};
@@ -36,6 +45,9 @@ const TAKE_BACK_WAIT: Duration = Duration::from_secs(5);
 
 pub(super) struct AtLeastOnce {
     sink: KafkaSink,
+    /// Since when the oldest record this producer holds has been the
+    /// oldest, for the watchdog.
+    oldest: OldestSample,
 }
 
 impl AtLeastOnce {
@@ -43,7 +55,10 @@ impl AtLeastOnce {
     /// endpoint when there is one.
     fn open(settings: &RelaySettings) -> Result<Self, RelayError> {
         let sink = producer(settings, None)?.0;
-        Ok(AtLeastOnce { sink })
+        Ok(AtLeastOnce {
+            sink,
+            oldest: OldestSample::default(),
+        })
     }
 }
 
@@ -55,6 +70,10 @@ enum ProducerEnd {
     /// The producer failed; a refusal may explain it once its reports are
     /// in, or else Kafka is unreachable.
     Unexplained,
+    /// The watchdog found it stuck while every partition had a leader
+    /// (`kafka.stuck_after`): what it holds is purged at once and sent
+    /// again on a fresh producer.
+    Stuck,
 }
 
 /// What [`Session::take_back`] found among the last reports of a producer.
@@ -227,6 +246,47 @@ impl DeliveryMode for AtLeastOnce {
     /// What the producer holds is reported or purged as it goes: nothing
     /// to wait for.
     async fn close(_s: &mut Session<'_, Self>) {}
+
+    fn holding_since(s: &mut Session<'_, Self>, now: Instant) -> Option<Instant> {
+        let oldest = s.window.oldest_with_producer().map(|entry| entry.id.get());
+        s.delivery.oldest.observe(now, oldest)
+    }
+
+    fn holding(s: &Session<'_, Self>) -> (String, BTreeSet<String>) {
+        let count = s.window.with_producer();
+        let what = match s.window.oldest_with_producer() {
+            Some(entry) => format!(
+                "the oldest of {count} record(s) the producer holds (event {} for topic {}, \
+                 commit LSN {}; its partition is known once acknowledged)",
+                entry
+                    .record
+                    .event_id
+                    .as_deref()
+                    .map_or_else(|| "-".into(), |id| String::from_utf8_lossy(id).into_owned()),
+                entry.record.topic,
+                entry.event.commit_lsn,
+            ),
+            None => "no record".into(),
+        };
+        (what, s.window.topics_with_producer())
+    }
+
+    /// Purges everything the producer holds and sends it again on a fresh
+    /// one, keeping the stream: duplicates are bounded by what it held.
+    async fn replace_stuck(s: &mut Session<'_, Self>, stuck: Stuck<'_>) -> Step {
+        s.telemetry.emit(TelemetryEvent::ProducerStuck {
+            age: stuck.age,
+            holding: stuck.holding,
+            leaders: stuck.leaders,
+            then: "new producer, sending again what the old one had not delivered",
+        });
+        let cause = format!(
+            "the producer was stuck: {} unacknowledged for {:.1} s",
+            stuck.holding,
+            stuck.age.as_secs_f64()
+        );
+        s.replace_producer(ProducerEnd::Stuck, &cause).await
+    }
 }
 
 impl Session<'_, AtLeastOnce> {
@@ -266,7 +326,7 @@ impl Session<'_, AtLeastOnce> {
     /// unreachable too, or when a fatal error is not explained by a refusal
     /// (`cause`).
     async fn replace_producer(&mut self, why: ProducerEnd, cause: &str) -> Step {
-        let found = self.take_back().await;
+        let found = self.take_back(why).await;
         if let Some(outage) = found.outage {
             return Ok(Some(self.give_up(&outage)));
         }
@@ -275,18 +335,25 @@ impl Session<'_, AtLeastOnce> {
         }
         let fresh = AtLeastOnce::open(self.settings)?;
         retire(std::mem::replace(&mut self.delivery, fresh).sink);
-        self.telemetry.emit(TelemetryEvent::ProducerReplaced {
-            waiting: self.window.waiting(),
-        });
+        if why != ProducerEnd::Stuck {
+            self.telemetry.emit(TelemetryEvent::ProducerReplaced {
+                waiting: self.window.waiting(),
+            });
+        }
         Ok(None)
     }
 
     /// Collects the reports of everything the producer holds: the window
     /// judges each as it does any report; what never reports waits to be
-    /// sent again.
-    async fn take_back(&mut self) -> TakenBack {
+    /// sent again. A stuck producer's in-flight records are purged at
+    /// once: their real outcome is what it could not get.
+    async fn take_back(&mut self, why: ProducerEnd) -> TakenBack {
         let mut found = TakenBack::default();
-        for purge_in_flight in [false, true] {
+        let steps: &[bool] = match why {
+            ProducerEnd::Stuck => &[true],
+            ProducerEnd::Refused | ProducerEnd::Unexplained => &[false, true],
+        };
+        for &purge_in_flight in steps {
             if self.window.with_producer() == 0 {
                 break;
             }

@@ -13,11 +13,14 @@
 mod commit;
 mod producer;
 
+use std::collections::BTreeSet;
+
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::time::Instant;
 
-use super::mode::{DeliveryMode, Drain, Step};
+use super::mode::{DeliveryMode, Drain, Step, Stuck};
 use super::parts::Session;
+use super::telemetry::TelemetryEvent;
 use super::window::{InFlight, Window};
 use crate::relay::error::RelayError;
 use crate::relay::ledger::{FencingCheck, RelayLedger, Start};
@@ -191,5 +194,50 @@ impl DeliveryMode for ExactlyOnce {
     /// entry than Kafka has, and name it in a gap.
     async fn close(s: &mut Session<'_, Self>) {
         s.close_commit().await;
+    }
+
+    fn holding_since(s: &mut Session<'_, Self>, _now: Instant) -> Option<Instant> {
+        s.delivery.pending.as_ref().map(|p| p.started)
+    }
+
+    fn holding(s: &Session<'_, Self>) -> (String, BTreeSet<String>) {
+        let what = match &s.delivery.pending {
+            Some(p) => format!(
+                "the Kafka transaction commit under way ({} event(s), position ledger entry \
+                 through {})",
+                p.events, p.entry.confirmed_lsn
+            ),
+            None => "no commit".into(),
+        };
+        let mut topics = s.window.topics_with_producer();
+        topics.insert(s.settings.config.kafka.ledger_topic.clone());
+        (what, topics)
+    }
+
+    /// Gives the producer up with its commit still under way, and ends the
+    /// session to resume from the ledger: the next session's producer
+    /// fences this one as it initialises its transactions (same
+    /// transactional id), which ends the transaction, aborted unless the
+    /// coordinator had already begun to commit it; its first commit then
+    /// waits for the ledger read after the fencing, which finds a commit
+    /// that landed after all and starts again from it (see
+    /// `commit::fencing_checked`). Nothing of the transaction was booked as
+    /// acknowledged, so the slot stays where the last committed entry put it.
+    async fn replace_stuck(s: &mut Session<'_, Self>, stuck: Stuck<'_>) -> Step {
+        s.telemetry.emit(TelemetryEvent::ProducerStuck {
+            age: stuck.age,
+            holding: stuck.holding,
+            leaders: stuck.leaders,
+            then: "giving the producer up without waiting for transaction.timeout.ms; the next \
+                   session fences it and resumes from the position ledger",
+        });
+        s.delivery.producer.abandon_commit();
+        s.delivery.pending = None;
+        let cause = format!(
+            "the producer was stuck: {} for {:.1} s",
+            stuck.holding,
+            stuck.age.as_secs_f64()
+        );
+        Ok(Some(s.give_up(&cause)))
     }
 }

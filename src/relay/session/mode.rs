@@ -21,6 +21,7 @@
 //! books the reports as failures; the session then resumes from the
 //! ledger.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use rdkafka::types::RDKafkaErrorCode;
@@ -124,6 +125,26 @@ pub(super) trait DeliveryMode: Sized {
     /// The session ends, whyever: what the mode still has under way ends
     /// first, so that the next session starts from what it did.
     async fn close(s: &mut Session<'_, Self>);
+
+    /// Since when the producer has held progress back, for the watchdog:
+    /// the oldest record it holds (at-least-once), the commit under way
+    /// (exactly-once); `None` while it holds nothing. Asked once a turn.
+    fn holding_since(s: &mut Session<'_, Self>, now: Instant) -> Option<Instant>;
+
+    /// What the producer holds, in words for the log, and the topics
+    /// whose leaders decide whether the producer or the cluster is stuck.
+    fn holding(s: &Session<'_, Self>) -> (String, BTreeSet<String>);
+
+    /// The watchdog found the producer stuck while every partition has a
+    /// leader (`leaders`): give it up without waiting for its timeouts.
+    async fn replace_stuck(s: &mut Session<'_, Self>, stuck: Stuck<'_>) -> Step;
+}
+
+/// What the watchdog found, for [`DeliveryMode::replace_stuck`] to tell.
+pub(super) struct Stuck<'a> {
+    pub(super) age: std::time::Duration,
+    pub(super) holding: &'a str,
+    pub(super) leaders: &'a str,
 }
 
 /// Destroying a librdkafka client joins its threads: not on this one.

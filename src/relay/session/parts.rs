@@ -17,6 +17,7 @@ use super::super::table_watch::{TableBaseline, TableWatch};
 use super::super::telemetry::ReconnectCause;
 use super::telemetry::Telemetry;
 use super::verdicts::PoisonMemory;
+use super::watchdog::Watchdog;
 use super::window::Window;
 use crate::progress::ledger::LedgerWriter;
 use crate::sink::TopicManager;
@@ -117,6 +118,9 @@ pub(super) struct Session<'a, D> {
     pub(super) telemetry: Telemetry,
     /// Once a shutdown was asked for: when the drain gives up.
     pub(super) drain_deadline: Option<Instant>,
+    /// Replaces a producer stuck while the cluster is fine
+    /// (`kafka.stuck_after`).
+    pub(super) watchdog: Watchdog,
 }
 
 impl<D> Drop for Session<'_, D> {

@@ -70,6 +70,23 @@ pub(super) enum TelemetryEvent<'e> {
     KafkaDown(&'e str),
     /// A refusal ended the producer; a fresh one sends again what waits.
     ProducerReplaced { waiting: usize },
+    /// The watchdog (`kafka.stuck_after`) found the producer holding
+    /// `holding` for `age` while fresh metadata showed `leaders` (every
+    /// partition led): it is given up, `then` says for what.
+    ProducerStuck {
+        age: std::time::Duration,
+        holding: &'e str,
+        leaders: &'e str,
+        then: &'e str,
+    },
+    /// The watchdog found the producer holding `holding` for `age`, but
+    /// the cluster lacks a leader or did not answer (`leaders`): the
+    /// producer's own timeouts deal with that.
+    ClusterTrouble {
+        age: std::time::Duration,
+        holding: &'e str,
+        leaders: &'e str,
+    },
     /// A turn of the loop ended: what is in flight, and what the driver
     /// last told the server.
     Turn {
@@ -193,6 +210,37 @@ impl Telemetry {
                 tracing::info!(
                     resend = waiting,
                     "Kafka refused a record: new producer, sending again what the old one had not delivered"
+                );
+                metrics::counter!(m::PRODUCER_REPLACEMENTS, "reason" => "refused").increment(1);
+            }
+            E::ProducerStuck {
+                age,
+                holding,
+                leaders,
+                then,
+            } => {
+                tracing::warn!(
+                    age_s = age.as_secs_f64(),
+                    %holding,
+                    metadata = %leaders,
+                    "the Kafka producer is stuck: {holding} unacknowledged for {:.1} s (kafka.stuck_after) while fresh metadata shows a leader for every partition the relay writes ({leaders}); {then}",
+                    age.as_secs_f64()
+                );
+                metrics::counter!(m::PRODUCER_REPLACEMENTS, "reason" => "stuck").increment(1);
+            }
+            // Once per kafka.stuck_after while it lasts: the outage itself
+            // is told by the health's KafkaDown, once.
+            E::ClusterTrouble {
+                age,
+                holding,
+                leaders,
+            } => {
+                tracing::info!(
+                    age_s = age.as_secs_f64(),
+                    %holding,
+                    metadata = %leaders,
+                    "{holding} unacknowledged for {:.1} s, but fresh metadata does not show a leader for every partition ({leaders}): waiting for the cluster, within message.timeout.ms",
+                    age.as_secs_f64()
                 );
             }
             E::Turn {

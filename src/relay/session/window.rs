@@ -545,6 +545,19 @@ impl<'p> Window<'p> {
         self.tracker.sent_count()
     }
 
+    /// The oldest record the producer holds.
+    pub(super) fn oldest_with_producer(&self) -> Option<&InFlight> {
+        self.tracker.oldest_sent().map(|(_, entry)| entry)
+    }
+
+    /// The topics of the records the producer holds.
+    pub(super) fn topics_with_producer(&self) -> std::collections::BTreeSet<String> {
+        self.tracker
+            .iter_sent()
+            .map(|entry| entry.record.topic.to_string())
+            .collect()
+    }
+
     /// Whether the producer holds the record `id`.
     pub(super) fn is_with_producer(&self, id: DeliveryId) -> bool {
         self.tracker.is_sent(id)

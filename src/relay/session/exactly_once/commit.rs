@@ -35,7 +35,10 @@
 //! (read `read_committed`) and repeats nothing. An abort, or a commit whose
 //! outcome is unknown, ends the session: the next one reads the ledger
 //! again and resumes from it, not from this session's memory. A fencing
-//! stops the relay.
+//! stops the relay. A commit the watchdog finds stuck (`kafka.stuck_after`
+//! while every partition has a leader) is not waited for: the session ends
+//! at once and the next one's producer fences this one
+//! (`ExactlyOnce::replace_stuck`).
 
 use tokio::time::Instant;
 

@@ -201,6 +201,17 @@ impl Transactional {
         Ok(())
     }
 
+    /// Leaves the commit under way to itself (the watchdog found it stuck):
+    /// its task goes on until the commit ends or a newer producer with the
+    /// transactional id fences this one, and nobody waits for it. No abort
+    /// is asked for either: librdkafka refuses one while the commit goes on,
+    /// and this producer is given up.
+    pub(super) fn abandon_commit(&mut self) {
+        if self.committing.take().is_some() {
+            self.unfinished_commit = true;
+        }
+    }
+
     /// Whether a commit is under way: nothing may be sent until it ended.
     pub(super) fn committing(&self) -> bool {
         self.committing.is_some()
