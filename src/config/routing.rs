@@ -320,15 +320,6 @@ fn validate_value_format(
     if encoding == ValueEncoding::Json {
         return Ok(());
     }
-    if matches!(encoding, ValueEncoding::JsonSchema | ValueEncoding::Framed) {
-        return Err(ConfigError::invalid(
-            "routing.value_format",
-            format!(
-                "\"{}\" is not implemented yet; use \"json\" or \"avro\"",
-                encoding.as_str()
-            ),
-        ));
-    }
     match routing.format {
         EventFormat::Plain => {}
         EventFormat::CloudeventsStructured => {
@@ -362,6 +353,10 @@ fn validate_value_format(
                 encoding.as_str()
             ),
         ));
+    }
+    // A framed payload names its schema itself: no subject.
+    if encoding == ValueEncoding::Framed {
+        return Ok(());
     }
     // The subjects are resolved when the relay starts, so each event's must
     // follow from the config alone.

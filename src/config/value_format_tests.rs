@@ -113,9 +113,24 @@ fn combinations_that_cannot_work_are_refused() {
     );
     invalid(&avro("value = \"envelope\""), "routing.value", "envelope");
     invalid(
-        &format!("{BASE}[routing]\nvalue_format = \"json-schema\"\n[schema_registry]\nurl = \"http://r:1\"\n"),
-        "routing.value_format",
-        "not implemented yet",
+        &format!("{BASE}[routing]\nvalue_format = \"framed\"\nvalue = \"envelope\"\n[schema_registry]\nurl = \"http://r:1\"\n"),
+        "routing.value",
+        "envelope",
+    );
+}
+
+#[test]
+fn framed_needs_a_registry_but_no_fixed_subject() {
+    // The payload names its schema: per-event topics are fine.
+    let c = parse(&format!(
+        "{BASE}[routing]\nvalue_format = \"framed\"\n[schema_registry]\nurl = \"http://r:1\"\n"
+    ))
+    .unwrap();
+    assert_eq!(c.routing.value_format, ValueEncoding::Framed);
+    invalid(
+        &format!("{BASE}[routing]\nvalue_format = \"framed\"\n"),
+        "schema_registry.url",
+        "routing.value_format = \"framed\"",
     );
 }
 

@@ -117,6 +117,37 @@ pub(crate) enum MappingError {
         reason: String,
     },
 
+    /// `routing.value_format = "framed"`: the payload is not a record in
+    /// Confluent's wire format.
+    #[error(
+        "event {event_id}: the payload is not a framed record (routing.value_format = \"framed\"): \
+         {reason}; write the bytes a Confluent serializer produces into the payload column"
+    )]
+    NotFramed { event_id: String, reason: String },
+
+    /// `routing.value_format = "framed"`: the payload names a schema id the
+    /// mapper has not seen confirmed by the registry. The relay asks the
+    /// registry and maps the event again; a command that does not read the
+    /// registry stops here.
+    #[error(
+        "event {event_id}: the payload names schema id {id}, not looked up in the schema \
+         registry (this command does not read the registry)"
+    )]
+    SchemaIdUnchecked { event_id: String, id: u32 },
+
+    /// `routing.value_format = "framed"`: the registry has no schema with
+    /// the id the payload names.
+    #[error(
+        "event {event_id}: the payload names schema id {id}, which the schema registry at {url} \
+         does not have (routing.value_format = \"framed\"); register the writer's schema there, \
+         or fix the row"
+    )]
+    UnknownSchemaId {
+        event_id: String,
+        id: u32,
+        url: String,
+    },
+
     /// The event cannot be a CloudEvent (routing.format = "cloudevents-*").
     #[error("the event cannot be a CloudEvent: {reason}")]
     CloudEvent { reason: String },

@@ -31,7 +31,7 @@ use bytes::Bytes;
 
 use crate::config::outbox::ColumnsConfig;
 use crate::config::routing::{RoutingConfig, ValueFormat};
-use crate::outbox::avro::{AvroRoutes, SchemaSet};
+use crate::config::value_format::ValueEncoding;
 use crate::outbox::bytea;
 use crate::outbox::cloudevents::{Attributes, CloudEventsPlan};
 use crate::outbox::envelope::{write_envelope, EnvelopeFields};
@@ -44,7 +44,9 @@ use crate::outbox::fields::Fields;
 use crate::outbox::headers::{HeaderNames, HeaderPlan};
 use crate::outbox::message;
 use crate::outbox::record::{parse_timestamp_ms, KafkaRecord};
+use crate::outbox::registered::{framed_id, SchemaSet};
 use crate::outbox::route::Router;
+use crate::outbox::schema_routes::SchemaRoutes;
 use crate::outbox::topic::TopicCache;
 use crate::outbox::trace;
 
@@ -76,18 +78,30 @@ pub(crate) struct RecordMapper {
 impl RecordMapper {
     /// Checks the config and pre-parses templates and rules. `ce_source`
     /// is the CloudEvents `source` of the table's events (see
-    /// `OutboxTable::ce_source`), unused by the plain format.
+    /// `OutboxTable::ce_source`), unused by the plain format. For commands
+    /// that do not read the schema registry: a registry value format is
+    /// refused.
     pub(crate) fn new(
         columns: &ColumnsConfig,
         routing: &RoutingConfig,
         ce_source: &str,
     ) -> Result<RecordMapper, MappingConfigError> {
+        // `avro` and `json-schema` fail below for want of their schemas;
+        // `framed` would fail on every event instead.
+        if routing.value_format == ValueEncoding::Framed {
+            return Err(MappingConfigError::Invalid {
+                key: "routing.value_format".into(),
+                reason: "\"framed\" checks each schema id with the schema registry, which this \
+                         command does not read yet"
+                    .into(),
+            });
+        }
         RecordMapper::with_schemas(columns, routing, ce_source, &SchemaSet::new())
     }
 
     /// As [`new`](Self::new), with the registered schemas the value format
-    /// encodes with (`routing.value_format = "avro"`: every subject of the
-    /// routing must be there).
+    /// encodes with (`routing.value_format = "avro"` or `"json-schema"`:
+    /// every subject of the routing must be there).
     pub(crate) fn with_schemas(
         columns: &ColumnsConfig,
         routing: &RoutingConfig,
@@ -195,6 +209,12 @@ impl RecordMapper {
         self.plan.router.rule_for(event_type, aggregate_type)
     }
 
+    /// Notes that the registry has a schema with `id`: framed payloads
+    /// naming it pass from now on.
+    pub(crate) fn learn_schema_id(&mut self, id: u32) {
+        self.state.known_ids.insert(id);
+    }
+
     /// Topics currently interned.
     #[cfg(test)]
     pub(crate) fn cached_topics(&self) -> usize {
@@ -211,6 +231,9 @@ struct State {
     scratch: Vec<u8>,
     /// The last CloudEvents `time`: commit time (µs) and its text.
     ce_time: Option<(i64, Bytes)>,
+    /// `routing.value_format = "framed"`: the schema ids the registry
+    /// confirmed (see [`RecordMapper::learn_schema_id`]).
+    known_ids: std::collections::HashSet<u32>,
 }
 
 #[derive(Debug)]
@@ -261,8 +284,12 @@ struct Plan {
     cloudevents: Option<CloudEventsPlan>,
     router: Router,
     value: ValueFormat,
-    /// `Some` with `routing.value_format = "avro"`: the schema per topic.
-    avro: Option<AvroRoutes>,
+    /// `Some` with `routing.value_format = "avro"` or `"json-schema"`: the
+    /// schema per topic.
+    schemas: Option<SchemaRoutes>,
+    /// `routing.value_format = "framed"`: the payload is sent as it is,
+    /// once its frame names a schema id the registry has.
+    framed: bool,
     tombstone: bool,
 }
 
@@ -339,7 +366,8 @@ impl Plan {
             cloudevents,
             router,
             value: routing.value,
-            avro: AvroRoutes::new(routing, schemas)?,
+            schemas: SchemaRoutes::new(routing, schemas)?,
+            framed: routing.value_format == ValueEncoding::Framed,
             tombstone: routing.tombstone_on_empty_payload,
         })
     }
@@ -427,8 +455,12 @@ impl Plan {
             event_type,
             aggregate_type,
         )?;
-        let value = match (&self.avro, value) {
-            (Some(routes), Some(payload)) => Some(encode_avro(routes, &topic, id, &payload)?),
+        let value = match (&self.schemas, value) {
+            (Some(routes), Some(payload)) => Some(encode_framed(routes, &topic, id, &payload)?),
+            (_, Some(payload)) if self.framed => {
+                check_framed(&st.known_ids, id, &payload)?;
+                Some(payload)
+            }
             (_, value) => value,
         };
         let extra = self
@@ -488,8 +520,8 @@ impl Plan {
 }
 
 /// The payload encoded with its topic's schema and framed.
-fn encode_avro(
-    routes: &AvroRoutes,
+fn encode_framed(
+    routes: &SchemaRoutes,
     topic: &str,
     id: Option<&Bytes>,
     payload: &[u8],
@@ -499,7 +531,7 @@ fn encode_avro(
         .schema_for(topic)
         .ok_or_else(|| MappingError::InvalidTopic {
             topic: topic.to_owned(),
-            reason: "no Avro schema was resolved for this topic (routing.subject)".into(),
+            reason: "no schema was resolved for this topic (routing.subject)".into(),
         })?;
     schema
         .encode_framed(payload)
@@ -511,6 +543,28 @@ fn encode_avro(
             version: schema.version,
             reason: e.to_string(),
         })
+}
+
+/// A framed payload names a schema id the registry confirmed; the bytes
+/// are sent unchanged.
+fn check_framed(
+    known: &std::collections::HashSet<u32>,
+    id: Option<&Bytes>,
+    payload: &[u8],
+) -> Result<(), MappingError> {
+    let event_id = || id.map_or_else(|| "(no id)".to_owned(), |b| quote(b));
+    let schema_id = framed_id(payload).map_err(|reason| MappingError::NotFramed {
+        event_id: event_id(),
+        reason,
+    })?;
+    if known.contains(&schema_id) {
+        Ok(())
+    } else {
+        Err(MappingError::SchemaIdUnchecked {
+            event_id: event_id(),
+            id: schema_id,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -1229,3 +1229,56 @@ fn table_mappers_map_each_event_by_its_table() {
     assert_eq!(r.key.as_ref().map(text), Some("acc-1"));
     assert_eq!(mappers.label(&m), "billing.events");
 }
+
+#[test]
+fn framed_payloads_pass_unchanged_once_the_registry_confirmed_their_id() {
+    let t = table(&[
+        ("id", UUID),
+        ("aggregate_type", TEXT),
+        ("aggregate_id", TEXT),
+        ("event_type", TEXT),
+        ("payload", BYTEA),
+    ]);
+    let routing = RoutingConfig {
+        value_format: ValueEncoding::Framed,
+        ..RoutingConfig::default()
+    };
+    let mut m =
+        RecordMapper::with_schemas(&ColumnsConfig::default(), &routing, "/t", &SchemaSet::new())
+            .unwrap();
+    let event = |payload: &str| {
+        row(
+            &t,
+            &[
+                Some(EVENT_ID),
+                Some("order"),
+                Some("k"),
+                Some("order.created"),
+                Some(payload),
+            ],
+        )
+    };
+    // Magic byte, id 7, then the record's bytes.
+    let framed = event("\\x000000000702ff");
+    assert_eq!(
+        m.map(&framed).unwrap_err(),
+        MappingError::SchemaIdUnchecked {
+            event_id: EVENT_ID.into(),
+            id: 7
+        }
+    );
+    m.learn_schema_id(7);
+    let r = m.map(&framed).unwrap();
+    assert_eq!(
+        r.value.as_deref(),
+        Some(&b"\x00\x00\x00\x00\x07\x02\xff"[..])
+    );
+
+    let e = m.map(&event("\\x010000000702")).unwrap_err().to_string();
+    assert!(e.contains("the first byte is 0x01"), "{e}");
+    let e = m.map(&event("\\x000007")).unwrap_err().to_string();
+    assert!(e.contains("too short"), "{e}");
+    // Commands that do not read the registry refuse the format at start.
+    let e = RecordMapper::new(&ColumnsConfig::default(), &routing, "/t").unwrap_err();
+    assert!(e.to_string().contains("routing.value_format"), "{e}");
+}

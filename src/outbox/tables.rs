@@ -7,11 +7,11 @@
 use bytes::Bytes;
 
 use crate::config::OutboxTable;
-use crate::outbox::avro::SchemaSet;
 use crate::outbox::error::{MappingConfigError, MappingError};
 use crate::outbox::event::{EventKind, OutboxEvent};
 use crate::outbox::mapper::RecordMapper;
 use crate::outbox::record::KafkaRecord;
+use crate::outbox::registered::SchemaSet;
 
 #[derive(Debug)]
 struct Entry {
@@ -88,6 +88,14 @@ impl TableMappers {
     pub(crate) fn map(&mut self, event: &OutboxEvent) -> Result<KafkaRecord, MappingError> {
         let i = self.index(event);
         self.entries[i].mapper.map(event)
+    }
+
+    /// Notes that the registry has a schema with `id` (every table: the
+    /// registry's ids are global).
+    pub(crate) fn learn_schema_id(&mut self, id: u32) {
+        for e in &mut self.entries {
+            e.mapper.learn_schema_id(id);
+        }
     }
 
     pub(crate) fn key_and_id(&self, event: &OutboxEvent) -> (Option<Bytes>, Option<Bytes>) {

@@ -7,7 +7,7 @@
 
 use tokio::sync::watch;
 
-use crate::outbox::avro::SchemaSet;
+use crate::outbox::registered::SchemaSet;
 use crate::registry::{RegistryError, SchemaRegistry};
 use crate::relay::settings::RelaySettings;
 

@@ -44,6 +44,7 @@ mod exactly_once;
 mod mode;
 mod parts;
 mod poison;
+mod schema_ids;
 mod send;
 mod shutdown;
 mod telemetry;
@@ -106,6 +107,7 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
     async fn open(settings: &'a RelaySettings, lent: Lent<'a>) -> Result<Self, RelayError> {
         let Lent {
             mapper,
+            registry,
             poison,
             ledger,
             slot,
@@ -150,6 +152,7 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
         Ok(Session {
             settings,
             mapper,
+            registry,
             ledger_writer: ledger.writer(&start, interval),
             ledger,
             slot,

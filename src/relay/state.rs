@@ -12,13 +12,18 @@ use super::settings::RelaySettings;
 use super::slot_record::SlotRecord;
 use super::table_watch::TableBaseline;
 use super::telemetry::{RelayEvent, RelayTelemetry};
-use crate::outbox::avro::SchemaSet;
+use crate::config::value_format::ValueEncoding;
+use crate::outbox::registered::SchemaSet;
 use crate::outbox::TableMappers;
+use crate::registry::SchemaRegistry;
 use crate::source::admin;
 use crate::source::error::SourceError;
 
 pub(super) struct RelayState {
     mapper: TableMappers,
+    /// For the schema ids framed payloads name (`None` when no table's
+    /// value format is `framed`).
+    registry: Option<SchemaRegistry>,
     /// The verdicts on poison events, which outlive a reconnect.
     poison: PoisonMemory,
     /// Opened before the first session, again after a failure that
@@ -39,8 +44,18 @@ impl RelayState {
         schemas: &SchemaSet,
         stop: watch::Receiver<bool>,
     ) -> Result<Self, RelayError> {
+        let tables = settings.config.tables();
+        let registry = if tables
+            .iter()
+            .any(|t| t.routing.value_format == ValueEncoding::Framed)
+        {
+            Some(SchemaRegistry::new(&settings.config.schema_registry)?)
+        } else {
+            None
+        };
         Ok(RelayState {
-            mapper: TableMappers::with_schemas(&settings.config.tables(), schemas)?,
+            mapper: TableMappers::with_schemas(&tables, schemas)?,
+            registry,
             poison: PoisonMemory::default(),
             ledger: None,
             slot: SlotRecord::new(),
@@ -79,6 +94,7 @@ impl RelayState {
         };
         let lent = Lent {
             mapper: &mut self.mapper,
+            registry: &mut self.registry,
             poison: &mut self.poison,
             ledger,
             slot: &mut self.slot,

@@ -2,3 +2,5 @@
 //! PostgreSQL and Kafka.
 
 mod avro;
+mod framed;
+mod json_schema;

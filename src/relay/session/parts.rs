@@ -19,6 +19,7 @@ use super::verdicts::PoisonMemory;
 use super::window::Window;
 use crate::outbox::TableMappers;
 use crate::progress::ledger::LedgerWriter;
+use crate::registry::SchemaRegistry;
 use crate::sink::TopicManager;
 use crate::source::driver::{SourceHandle, StatusUpdates, Streamed};
 
@@ -56,6 +57,9 @@ impl Reconnect {
 /// `RelayState`).
 pub(in crate::relay) struct Lent<'a> {
     pub(in crate::relay) mapper: &'a mut TableMappers,
+    /// `Some` when a table's value format meets schema ids or subjects
+    /// only at run time (`framed`).
+    pub(in crate::relay) registry: &'a mut Option<SchemaRegistry>,
     pub(in crate::relay) poison: &'a mut PoisonMemory,
     pub(in crate::relay) ledger: &'a mut RelayLedger,
     pub(in crate::relay) slot: &'a mut SlotRecord,
@@ -87,6 +91,7 @@ pub(super) struct Session<'a, D> {
     pub(super) settings: &'a RelaySettings,
     /// Owned by the relay, lent for this session.
     pub(super) mapper: &'a mut TableMappers,
+    pub(super) registry: &'a mut Option<SchemaRegistry>,
     pub(super) ledger: &'a mut RelayLedger,
     /// Told that the stream opened and what the driver confirmed, for the
     /// relay's decisions about the slot.

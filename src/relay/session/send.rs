@@ -12,6 +12,7 @@
 use super::mode::{DeliveryMode, Step};
 use super::parts::{Reconnect, Session, SessionEnd};
 use super::poison::Undeliverable;
+use super::schema_ids::Mapped;
 use super::telemetry::TelemetryEvent;
 use super::verdicts::Refusal;
 use super::window::{InFlight, Reported, Route};
@@ -71,9 +72,10 @@ impl<D: DeliveryMode> Session<'_, D> {
                     self.telemetry.emit(TelemetryEvent::EventSkipped);
                     return Ok(None);
                 };
-                let record = match self.mapper.map(&event) {
-                    Ok(record) => record,
-                    Err(e) => {
+                let record = match self.map_event(&event).await? {
+                    Mapped::Record(record) => record,
+                    Mapped::Stopped(end) => return Ok(Some(end)),
+                    Mapped::Unmapped(e) => {
                         let error = e.to_string();
                         let poison = Undeliverable::Unmapped {
                             event,

@@ -3,16 +3,12 @@
 //! mapper is built (config validation keeps them fixed per topic), so
 //! choosing one per event is a lookup among a few topics.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::routing::RoutingConfig;
 use crate::config::value_format::{render_fixed_subject, ValueEncoding};
-use crate::outbox::avro::schema::RegisteredSchema;
 use crate::outbox::error::MappingConfigError;
-
-/// Registered schemas by subject, as fetched for the relay's start.
-pub(crate) type SchemaSet = HashMap<String, Arc<RegisteredSchema>>;
+use crate::outbox::registered::{RegisteredSchema, SchemaSet};
 
 /// The topics a routing config can send to without looking at an event:
 /// `routing.topic` and each rule's (all fixed when the value format is a
@@ -25,9 +21,16 @@ fn fixed_topics(routing: &RoutingConfig) -> Vec<&str> {
     topics
 }
 
-/// Every subject the routing's events are encoded with; empty for `json`.
-pub(crate) fn avro_subjects(routing: &RoutingConfig) -> Vec<String> {
-    if routing.value_format != ValueEncoding::Avro {
+/// Whether the value format encodes with a subject's schema (`framed`
+/// values name their schema themselves).
+fn has_subject(encoding: ValueEncoding) -> bool {
+    matches!(encoding, ValueEncoding::Avro | ValueEncoding::JsonSchema)
+}
+
+/// Every subject the routing's events are encoded with; empty for `json`
+/// and `framed`.
+pub(crate) fn registry_subjects(routing: &RoutingConfig) -> Vec<String> {
+    if !has_subject(routing.value_format) {
         return Vec::new();
     }
     let mut subjects: Vec<String> = fixed_topics(routing)
@@ -41,18 +44,19 @@ pub(crate) fn avro_subjects(routing: &RoutingConfig) -> Vec<String> {
 
 /// The schema of each topic.
 #[derive(Debug)]
-pub(crate) struct AvroRoutes {
+pub(crate) struct SchemaRoutes {
     by_topic: Vec<(Box<str>, Arc<RegisteredSchema>)>,
 }
 
-impl AvroRoutes {
-    /// `None` for the `json` value format. Every subject the routing needs
-    /// must be in `schemas`.
+impl SchemaRoutes {
+    /// `None` for the `json` and `framed` value formats. Every subject the
+    /// routing needs must be in `schemas`, of the kind the format encodes
+    /// with.
     pub(crate) fn new(
         routing: &RoutingConfig,
         schemas: &SchemaSet,
-    ) -> Result<Option<AvroRoutes>, MappingConfigError> {
-        if routing.value_format != ValueEncoding::Avro {
+    ) -> Result<Option<SchemaRoutes>, MappingConfigError> {
+        if !has_subject(routing.value_format) {
             return Ok(None);
         }
         let by_topic = fixed_topics(routing)
@@ -65,13 +69,26 @@ impl AvroRoutes {
                         key: "routing.subject".into(),
                         reason: format!(
                             "no schema was fetched from the registry for subject `{subject}` \
-                         (this command does not read the registry yet)"
+                             (this command does not read the registry yet)"
                         ),
                     })?;
+                if !schema.schema.serves(routing.value_format) {
+                    return Err(MappingConfigError::Invalid {
+                        key: "routing.value_format".into(),
+                        reason: format!(
+                            "\"{}\" cannot encode with subject `{subject}` version {} (schema id \
+                             {}): it is a {} schema",
+                            routing.value_format.as_str(),
+                            schema.version,
+                            schema.id,
+                            schema.schema.type_name()
+                        ),
+                    });
+                }
                 Ok((Box::from(topic), schema.clone()))
             })
             .collect::<Result<Vec<_>, MappingConfigError>>()?;
-        Ok(Some(AvroRoutes { by_topic }))
+        Ok(Some(SchemaRoutes { by_topic }))
     }
 
     /// The schema of events sent to `topic`.
