@@ -1,6 +1,7 @@
 //! Why an event or the config cannot be mapped, and the config keys those
 //! errors name so the user knows what to fix.
 
+use crate::config::value_format::SchemaVersion;
 use crate::config::ConfigError;
 use crate::outbox::trace::TraceContextError;
 
@@ -116,6 +117,31 @@ pub(crate) enum MappingError {
         version: u32,
         reason: String,
     },
+
+    /// A placeholder of `routing.subject` has no text for this event.
+    #[error(
+        "routing.subject uses {placeholder}, which is {value} for this event; a subject needs \
+         its text"
+    )]
+    SubjectPlaceholder { placeholder: String, value: String },
+
+    /// The event's subject was not fetched from the registry yet. The relay
+    /// fetches it and maps the event again; a command that does not read
+    /// the registry stops here.
+    #[error(
+        "event {event_id}: subject `{subject}` (routing.subject) was not looked up in the schema \
+         registry (this command does not read the registry)"
+    )]
+    SchemaSubjectUnchecked {
+        event_id: String,
+        subject: String,
+        version: SchemaVersion,
+    },
+
+    /// The registry has no usable schema for the event's subject: it does
+    /// not exist, has no such version, or does not parse.
+    #[error("event {event_id}: {reason}")]
+    SchemaUnavailable { event_id: String, reason: String },
 
     /// `routing.value_format = "framed"`: the payload is not a record in
     /// Confluent's wire format.

@@ -124,7 +124,9 @@ fn frames_keep_the_payload_bytes() {
         subject: "t-value".into(),
         version: 1,
         schema: SchemaKind::parse(Some("JSON"), r#"{"type": "object"}"#).unwrap(),
+        url: "http://r:1".into(),
     };
+    assert_eq!(r.by_id_url(), "http://r:1/schemas/ids/16909060");
     // Spacing and member order stay as written.
     let payload = br#"{ "b":1,  "a" : [2] }"#;
     let framed = r.encode_framed(payload).unwrap();

@@ -44,7 +44,7 @@ use crate::outbox::fields::Fields;
 use crate::outbox::headers::{HeaderNames, HeaderPlan};
 use crate::outbox::message;
 use crate::outbox::record::{parse_timestamp_ms, KafkaRecord};
-use crate::outbox::registered::{framed_id, SchemaSet};
+use crate::outbox::registered::{framed_id, RegisteredSchema, SchemaSet};
 use crate::outbox::route::Router;
 use crate::outbox::schema_routes::SchemaRoutes;
 use crate::outbox::topic::TopicCache;
@@ -86,14 +86,15 @@ impl RecordMapper {
         routing: &RoutingConfig,
         ce_source: &str,
     ) -> Result<RecordMapper, MappingConfigError> {
-        // `avro` and `json-schema` fail below for want of their schemas;
-        // `framed` would fail on every event instead.
-        if routing.value_format == ValueEncoding::Framed {
+        // Without the registry, every event would fail instead.
+        if let Some((key, f)) = routing.value_formats().find(|(_, f)| f.uses_registry()) {
             return Err(MappingConfigError::Invalid {
-                key: "routing.value_format".into(),
-                reason: "\"framed\" checks each schema id with the schema registry, which this \
-                         command does not read yet"
-                    .into(),
+                key,
+                reason: format!(
+                    "\"{}\" takes its schemas from the schema registry, which this command \
+                     does not read yet",
+                    f.as_str()
+                ),
             });
         }
         RecordMapper::with_schemas(columns, routing, ce_source, &SchemaSet::new())
@@ -110,10 +111,14 @@ impl RecordMapper {
     ) -> Result<RecordMapper, MappingConfigError> {
         columns.validate()?;
         routing.validate(columns)?;
+        let (plan, routes) = Plan::new(columns, routing, ce_source, schemas)?;
         Ok(RecordMapper {
-            plan: Plan::new(columns, routing, ce_source, schemas)?,
+            plan,
             layout: None,
-            state: State::default(),
+            state: State {
+                routes,
+                ..State::default()
+            },
         })
     }
 
@@ -215,6 +220,14 @@ impl RecordMapper {
         self.state.known_ids.insert(id);
     }
 
+    /// Remembers `schema` as `subject`'s (fetched by the relay after
+    /// `MappingError::SchemaSubjectUnchecked`).
+    pub(crate) fn learn_subject(&mut self, subject: &str, schema: &Arc<RegisteredSchema>) {
+        if let Some(routes) = &mut self.state.routes {
+            routes.learn(subject, schema);
+        }
+    }
+
     /// Topics currently interned.
     #[cfg(test)]
     pub(crate) fn cached_topics(&self) -> usize {
@@ -234,6 +247,8 @@ struct State {
     /// `routing.value_format = "framed"`: the schema ids the registry
     /// confirmed (see [`RecordMapper::learn_schema_id`]).
     known_ids: std::collections::HashSet<u32>,
+    /// The subjects' schemas (a value format with a subject).
+    routes: Option<SchemaRoutes>,
 }
 
 #[derive(Debug)]
@@ -284,12 +299,10 @@ struct Plan {
     cloudevents: Option<CloudEventsPlan>,
     router: Router,
     value: ValueFormat,
-    /// `Some` with `routing.value_format = "avro"` or `"json-schema"`: the
-    /// schema per topic.
-    schemas: Option<SchemaRoutes>,
-    /// `routing.value_format = "framed"`: the payload is sent as it is,
-    /// once its frame names a schema id the registry has.
-    framed: bool,
+    /// `routing.value_format`.
+    value_format: ValueEncoding,
+    /// Each rule's value format, when one sets its own.
+    rule_formats: Option<Vec<ValueEncoding>>,
     tombstone: bool,
 }
 
@@ -315,7 +328,7 @@ impl Plan {
         routing: &RoutingConfig,
         ce_source: &str,
         schemas: &SchemaSet,
-    ) -> Result<Plan, MappingConfigError> {
+    ) -> Result<(Plan, Option<SchemaRoutes>), MappingConfigError> {
         let mut slots = Slots::default();
         let mut required = |role: &str| {
             columns
@@ -351,7 +364,8 @@ impl Plan {
         let router = Router::new(columns, routing, topic, event_type, aggregate_type, |c| {
             slots.slot(c)
         })?;
-        Ok(Plan {
+        let routes = SchemaRoutes::new(routing, columns, schemas, |c| slots.slot(c))?;
+        let plan = Plan {
             columns: slots.0,
             id,
             key,
@@ -366,10 +380,21 @@ impl Plan {
             cloudevents,
             router,
             value: routing.value,
-            schemas: SchemaRoutes::new(routing, schemas)?,
-            framed: routing.value_format == ValueEncoding::Framed,
+            value_format: routing.value_format,
+            rule_formats: routing
+                .rules
+                .iter()
+                .any(|r| r.value_format.is_some())
+                .then(|| {
+                    routing
+                        .rules
+                        .iter()
+                        .map(|r| r.value_format.unwrap_or(routing.value_format))
+                        .collect()
+                }),
             tombstone: routing.tombstone_on_empty_payload,
-        })
+        };
+        Ok((plan, routes))
     }
 
     fn layout(&self, table: &Arc<TableInfo>) -> Layout {
@@ -455,13 +480,33 @@ impl Plan {
             event_type,
             aggregate_type,
         )?;
-        let value = match (&self.schemas, value) {
-            (Some(routes), Some(payload)) => Some(encode_framed(routes, &topic, id, &payload)?),
-            (_, Some(payload)) if self.framed => {
+        let encoding = match &self.rule_formats {
+            None => self.value_format,
+            Some(formats) => self
+                .router
+                .rule_index(f, event_type, aggregate_type)?
+                .map_or(self.value_format, |i| formats[i]),
+        };
+        let mut registered = None;
+        let value = match (encoding, value) {
+            (ValueEncoding::Json, value) | (_, value @ None) => value,
+            (ValueEncoding::Framed, Some(payload)) => {
                 check_framed(&st.known_ids, id, &payload)?;
                 Some(payload)
             }
-            (_, value) => value,
+            (_, Some(payload)) => {
+                let event_id = || id.map_or_else(|| "(no id)".to_owned(), |b| quote(b));
+                let routes = st
+                    .routes
+                    .as_mut()
+                    .ok_or_else(|| MappingError::InvalidTopic {
+                        topic: topic.to_string(),
+                        reason: "no schema subject for this value format (routing.subject)".into(),
+                    })?;
+                let route = routes.route_for(&topic, f, encoding, event_id)?;
+                registered = Some((route.schema.schema.content_type(), route.dataschema.clone()));
+                Some(encode_framed(&route.schema, id, &payload)?)
+            }
         };
         let extra = self
             .cloudevents
@@ -492,6 +537,8 @@ impl Plan {
                     id,
                     event_type,
                     subject: key,
+                    content_type: registered.as_ref().map(|(t, _)| *t),
+                    dataschema: registered.as_ref().map(|(_, d)| d),
                     commit_time_us,
                 };
                 ce.apply(
@@ -521,23 +568,15 @@ impl Plan {
 
 /// The payload encoded with its topic's schema and framed.
 fn encode_framed(
-    routes: &SchemaRoutes,
-    topic: &str,
+    schema: &RegisteredSchema,
     id: Option<&Bytes>,
     payload: &[u8],
 ) -> Result<Bytes, MappingError> {
-    let event_id = || id.map_or_else(|| "(no id)".to_owned(), |b| quote(b));
-    let schema = routes
-        .schema_for(topic)
-        .ok_or_else(|| MappingError::InvalidTopic {
-            topic: topic.to_owned(),
-            reason: "no schema was resolved for this topic (routing.subject)".into(),
-        })?;
     schema
         .encode_framed(payload)
         .map(Bytes::from)
         .map_err(|e| MappingError::SchemaMismatch {
-            event_id: event_id(),
+            event_id: id.map_or_else(|| "(no id)".to_owned(), |b| quote(b)),
             schema_id: schema.id,
             subject: schema.subject.clone(),
             version: schema.version,

@@ -33,6 +33,9 @@ pub(crate) struct RegisteredSchema {
     pub subject: String,
     pub version: u32,
     pub schema: SchemaKind,
+    /// The registry's base URL that served it (no trailing `/`): where a
+    /// consumer finds it by id, e.g. for CloudEvents' `dataschema`.
+    pub url: String,
 }
 
 impl SchemaKind {
@@ -60,6 +63,14 @@ impl SchemaKind {
         }
     }
 
+    /// The CloudEvents `datacontenttype` of values encoded with it.
+    pub(crate) fn content_type(&self) -> &'static str {
+        match self {
+            SchemaKind::Avro(_) => "application/avro",
+            SchemaKind::Json(_) => "application/schema+json",
+        }
+    }
+
     /// Whether `routing.value_format = encoding` encodes with this schema.
     pub(crate) fn serves(&self, encoding: ValueEncoding) -> bool {
         matches!(
@@ -71,6 +82,11 @@ impl SchemaKind {
 }
 
 impl RegisteredSchema {
+    /// Where the schema is served by id: `<registry url>/schemas/ids/<id>`.
+    pub(crate) fn by_id_url(&self) -> String {
+        format!("{}/schemas/ids/{}", self.url, self.id)
+    }
+
     /// The framed value: magic byte, schema id, then the Avro datum or (JSON
     /// Schema) the payload's own bytes once they pass the schema.
     pub(crate) fn encode_framed(&self, payload: &[u8]) -> Result<Vec<u8>, EncodeError> {

@@ -1,25 +1,30 @@
 //! Which registered schema encodes an event's value: the subject follows
-//! from `routing.subject` and the topic. Subjects are resolved before the
-//! mapper is built (config validation keeps them fixed per topic), so
-//! choosing one per event is a lookup among a few topics.
+//! from `routing.subject` (a template of `${topic}`, column roles and
+//! `${column:<name>}`) rendered for the event. Subjects that follow from
+//! the config alone are fetched before the mapper is built; the others are
+//! met at run time: the mapper says which one it lacks
+//! (`MappingError::SchemaSubjectUnchecked`), the relay fetches it and hands
+//! it over ([`SchemaRoutes::learn`]), and from then on it is a map lookup.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
+use crate::config::outbox::ColumnsConfig;
 use crate::config::routing::RoutingConfig;
-use crate::config::value_format::{render_fixed_subject, ValueEncoding};
-use crate::outbox::error::MappingConfigError;
+use crate::config::value_format::{
+    is_fixed_topic, parse_subject, render_fixed_subject, SchemaVersion, SubjectPart, ValueEncoding,
+};
+use crate::outbox::error::{quote, MappingConfigError, MappingError};
+use crate::outbox::event::ColumnValue;
+use crate::outbox::fields::Fields;
 use crate::outbox::registered::{RegisteredSchema, SchemaSet};
 
-/// The topics a routing config can send to without looking at an event:
-/// `routing.topic` and each rule's (all fixed when the value format is a
-/// registry one: see `config::value_format::validate`).
-fn fixed_topics(routing: &RoutingConfig) -> Vec<&str> {
-    let mut topics: Vec<&str> = std::iter::once(routing.topic.as_str())
-        .chain(routing.rules.iter().map(|r| r.topic.as_str()))
-        .collect();
-    topics.dedup();
-    topics
-}
+/// Distinct subjects remembered before the map is emptied: per-event
+/// subjects usually yield a handful (one per event type), but a column
+/// could yield many.
+const MAX_CACHED_SUBJECTS: usize = 4096;
 
 /// Whether the value format encodes with a subject's schema (`framed`
 /// values name their schema themselves).
@@ -27,75 +32,250 @@ fn has_subject(encoding: ValueEncoding) -> bool {
     matches!(encoding, ValueEncoding::Avro | ValueEncoding::JsonSchema)
 }
 
-/// Every subject the routing's events are encoded with; empty for `json`
-/// and `framed`.
-pub(crate) fn registry_subjects(routing: &RoutingConfig) -> Vec<String> {
-    if !has_subject(routing.value_format) {
+/// The topics a routing's registry-encoded events go to, with the key
+/// setting their value format and the format, when the topics follow from
+/// the config alone; `None` when one is a template or
+/// `outbox.columns.topic` can set it.
+fn fixed_topics<'a>(
+    routing: &'a RoutingConfig,
+    columns: &ColumnsConfig,
+) -> Option<Vec<(&'a str, String, ValueEncoding)>> {
+    if columns.column_for_role("topic").is_some() {
+        return None;
+    }
+    let mut topics = Vec::new();
+    if has_subject(routing.value_format) {
+        topics.push((
+            routing.topic.as_str(),
+            "routing.value_format".to_owned(),
+            routing.value_format,
+        ));
+    }
+    for (i, r) in routing.rules.iter().enumerate() {
+        let (key, encoding) = match r.value_format {
+            Some(f) => (format!("routing.rules[{i}].value_format"), f),
+            None => ("routing.value_format".to_owned(), routing.value_format),
+        };
+        if has_subject(encoding) {
+            topics.push((r.topic.as_str(), key, encoding));
+        }
+    }
+    topics
+        .iter()
+        .all(|(t, _, _)| is_fixed_topic(t))
+        .then_some(topics)
+}
+
+/// The subjects the relay fetches when it starts, with the key setting
+/// their value format and the format: when the subject follows from the
+/// config alone (literals, and `${topic}` of fixed topics). Others are
+/// fetched when first met. Empty for `json` and `framed`.
+fn start_subjects(
+    routing: &RoutingConfig,
+    columns: &ColumnsConfig,
+) -> Vec<(String, String, ValueEncoding)> {
+    let Ok(parts) = parse_subject(&routing.subject) else {
+        return Vec::new();
+    };
+    if parts
+        .iter()
+        .any(|p| matches!(p, SubjectPart::Role(_) | SubjectPart::Column(_)))
+    {
         return Vec::new();
     }
-    let mut subjects: Vec<String> = fixed_topics(routing)
+    fixed_topics(routing, columns)
+        .unwrap_or_default()
         .into_iter()
-        .map(|t| render_fixed_subject(&routing.subject, t))
+        .map(|(t, key, f)| (render_fixed_subject(&routing.subject, t), key, f))
+        .collect()
+}
+
+/// The subjects fetched when the relay starts (see `start_subjects`).
+pub(crate) fn registry_subjects(routing: &RoutingConfig, columns: &ColumnsConfig) -> Vec<String> {
+    let mut subjects: Vec<String> = start_subjects(routing, columns)
+        .into_iter()
+        .map(|(s, _, _)| s)
         .collect();
     subjects.sort();
     subjects.dedup();
     subjects
 }
 
-/// The schema of each topic.
+/// A subject's schema, and where a consumer finds it.
+#[derive(Debug)]
+pub(crate) struct Route {
+    pub schema: Arc<RegisteredSchema>,
+    /// `<registry url>/schemas/ids/<id>`, CloudEvents' `dataschema`.
+    pub dataschema: Bytes,
+}
+
+impl Route {
+    fn new(schema: &Arc<RegisteredSchema>) -> Route {
+        Route {
+            dataschema: Bytes::from(schema.by_id_url()),
+            schema: schema.clone(),
+        }
+    }
+}
+
+/// A compiled part of `routing.subject`.
+#[derive(Debug)]
+enum Part {
+    Literal(Box<str>),
+    Topic,
+    Column {
+        slot: usize,
+        /// As written, e.g. `${event_type}`, for errors.
+        placeholder: Box<str>,
+    },
+}
+
+/// `routing.subject` compiled, and the schemas of the subjects met so far.
 #[derive(Debug)]
 pub(crate) struct SchemaRoutes {
-    by_topic: Vec<(Box<str>, Arc<RegisteredSchema>)>,
+    parts: Vec<Part>,
+    version: SchemaVersion,
+    by_subject: HashMap<Box<str>, Route>,
+    /// A reused buffer for rendering subjects.
+    scratch: String,
 }
 
 impl SchemaRoutes {
-    /// `None` for the `json` and `framed` value formats. Every subject the
-    /// routing needs must be in `schemas`, of the kind the format encodes
-    /// with.
+    /// `None` when no value format of the routing encodes with a subject's
+    /// schema. The subjects [`registry_subjects`] names must be in
+    /// `schemas`, of the kind the format encodes with.
     pub(crate) fn new(
         routing: &RoutingConfig,
+        columns: &ColumnsConfig,
         schemas: &SchemaSet,
+        mut slot_for: impl FnMut(&str) -> usize,
     ) -> Result<Option<SchemaRoutes>, MappingConfigError> {
-        if !has_subject(routing.value_format) {
+        if !routing.value_formats().any(|(_, f)| has_subject(f)) {
             return Ok(None);
         }
-        let by_topic = fixed_topics(routing)
+        let invalid = |reason: String| MappingConfigError::Invalid {
+            key: "routing.subject".into(),
+            reason,
+        };
+        let parts = parse_subject(&routing.subject)
+            .map_err(invalid)?
             .into_iter()
-            .map(|topic| {
-                let subject = render_fixed_subject(&routing.subject, topic);
-                let schema = schemas
-                    .get(&subject)
-                    .ok_or_else(|| MappingConfigError::Invalid {
-                        key: "routing.subject".into(),
-                        reason: format!(
-                            "no schema was fetched from the registry for subject `{subject}` \
-                             (this command does not read the registry yet)"
-                        ),
-                    })?;
-                if !schema.schema.serves(routing.value_format) {
-                    return Err(MappingConfigError::Invalid {
-                        key: "routing.value_format".into(),
-                        reason: format!(
-                            "\"{}\" cannot encode with subject `{subject}` version {} (schema id \
-                             {}): it is a {} schema",
-                            routing.value_format.as_str(),
-                            schema.version,
-                            schema.id,
-                            schema.schema.type_name()
-                        ),
-                    });
-                }
-                Ok((Box::from(topic), schema.clone()))
+            .map(|p| {
+                Ok(match p {
+                    SubjectPart::Literal(l) => Part::Literal(l.into()),
+                    SubjectPart::Topic => Part::Topic,
+                    SubjectPart::Role(role) => Part::Column {
+                        slot: slot_for(columns.column_for_role(role).ok_or_else(|| {
+                            invalid(format!(
+                                "uses ${{{role}}} but outbox.columns.{role} is empty"
+                            ))
+                        })?),
+                        placeholder: format!("${{{role}}}").into(),
+                    },
+                    SubjectPart::Column(c) => Part::Column {
+                        slot: slot_for(c),
+                        placeholder: format!("${{column:{c}}}").into(),
+                    },
+                })
             })
             .collect::<Result<Vec<_>, MappingConfigError>>()?;
-        Ok(Some(SchemaRoutes { by_topic }))
+        let mut by_subject = HashMap::new();
+        for (subject, key, encoding) in start_subjects(routing, columns) {
+            let schema = schemas.get(&subject).ok_or_else(|| {
+                invalid(format!(
+                    "no schema was fetched from the registry for subject `{subject}` (this \
+                     command does not read the registry yet)"
+                ))
+            })?;
+            if !schema.schema.serves(encoding) {
+                return Err(MappingConfigError::Invalid {
+                    key,
+                    reason: format!(
+                        "\"{}\" cannot encode with subject `{subject}` version {} (schema id \
+                         {}): its schema type is {}",
+                        encoding.as_str(),
+                        schema.version,
+                        schema.id,
+                        schema.schema.type_name()
+                    ),
+                });
+            }
+            by_subject.insert(subject.into_boxed_str(), Route::new(schema));
+        }
+        Ok(Some(SchemaRoutes {
+            parts,
+            version: routing.schema_version,
+            by_subject,
+            scratch: String::new(),
+        }))
     }
 
-    /// The schema of events sent to `topic`.
-    pub(crate) fn schema_for(&self, topic: &str) -> Option<&RegisteredSchema> {
-        self.by_topic
-            .iter()
-            .find(|(t, _)| &**t == topic)
-            .map(|(_, s)| &**s)
+    /// The schema of the event's subject for `encoding`, or what is missing.
+    pub(crate) fn route_for(
+        &mut self,
+        topic: &str,
+        f: &Fields<'_>,
+        encoding: ValueEncoding,
+        event_id: impl Fn() -> String,
+    ) -> Result<&Route, MappingError> {
+        self.scratch.clear();
+        for part in &self.parts {
+            match part {
+                Part::Literal(l) => self.scratch.push_str(l),
+                Part::Topic => self.scratch.push_str(topic),
+                Part::Column { slot, placeholder } => match f.get(*slot) {
+                    Some(ColumnValue::Text(v)) if !v.is_empty() => {
+                        let text = std::str::from_utf8(v).map_err(|_| {
+                            MappingError::SubjectPlaceholder {
+                                placeholder: placeholder.to_string(),
+                                value: quote(v),
+                            }
+                        })?;
+                        self.scratch.push_str(text);
+                    }
+                    _ => {
+                        return Err(MappingError::SubjectPlaceholder {
+                            placeholder: placeholder.to_string(),
+                            value: "NULL or empty".into(),
+                        })
+                    }
+                },
+            }
+        }
+        let Some(route) = self.by_subject.get(self.scratch.as_str()) else {
+            return Err(MappingError::SchemaSubjectUnchecked {
+                event_id: event_id(),
+                subject: self.scratch.clone(),
+                version: self.version,
+            });
+        };
+        if !route.schema.schema.serves(encoding) {
+            let s = &route.schema;
+            return Err(MappingError::SchemaMismatch {
+                event_id: event_id(),
+                schema_id: s.id,
+                subject: s.subject.clone(),
+                version: s.version,
+                reason: format!(
+                    "its schema type is {}, and value_format \"{}\" needs {}",
+                    s.schema.type_name(),
+                    encoding.as_str(),
+                    if encoding == ValueEncoding::Avro {
+                        "AVRO"
+                    } else {
+                        "JSON"
+                    }
+                ),
+            });
+        }
+        Ok(route)
+    }
+
+    /// Remembers `schema` as `subject`'s, fetched by the relay.
+    pub(crate) fn learn(&mut self, subject: &str, schema: &Arc<RegisteredSchema>) {
+        if self.by_subject.len() >= MAX_CACHED_SUBJECTS {
+            self.by_subject.clear();
+        }
+        self.by_subject.insert(subject.into(), Route::new(schema));
     }
 }

@@ -4,6 +4,8 @@
 //! a logical decoding message to the table whose `message_prefix` it has.
 //! The source only hands on events of configured tables and prefixes.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::config::OutboxTable;
@@ -11,7 +13,7 @@ use crate::outbox::error::{MappingConfigError, MappingError};
 use crate::outbox::event::{EventKind, OutboxEvent};
 use crate::outbox::mapper::RecordMapper;
 use crate::outbox::record::KafkaRecord;
-use crate::outbox::registered::SchemaSet;
+use crate::outbox::registered::{RegisteredSchema, SchemaSet};
 
 #[derive(Debug)]
 struct Entry {
@@ -95,6 +97,14 @@ impl TableMappers {
     pub(crate) fn learn_schema_id(&mut self, id: u32) {
         for e in &mut self.entries {
             e.mapper.learn_schema_id(id);
+        }
+    }
+
+    /// Remembers `schema` as `subject`'s, for every table (one registry
+    /// serves them all).
+    pub(crate) fn learn_subject(&mut self, subject: &str, schema: &Arc<RegisteredSchema>) {
+        for e in &mut self.entries {
+            e.mapper.learn_subject(subject, schema);
         }
     }
 

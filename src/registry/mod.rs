@@ -158,6 +158,7 @@ impl SchemaRegistry {
                     subject: found.subject.clone(),
                     version: found.version,
                     schema,
+                    url: answer.url.trim_end_matches('/').to_owned(),
                 })
             }
         };
@@ -221,7 +222,7 @@ impl SchemaRegistry {
     ) -> Result<SchemaSet, RegistryError> {
         let mut set = SchemaSet::new();
         for t in tables {
-            for subject in registry_subjects(&t.routing) {
+            for subject in registry_subjects(&t.routing, &t.columns) {
                 if let std::collections::hash_map::Entry::Vacant(slot) = set.entry(subject) {
                     let schema = self.resolve(slot.key(), t.routing.schema_version).await?;
                     tracing::info!(

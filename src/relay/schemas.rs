@@ -18,10 +18,7 @@ pub(super) async fn fetch(
     stop: &watch::Receiver<bool>,
 ) -> Result<Option<SchemaSet>, RegistryError> {
     let tables = settings.config.tables();
-    if !tables
-        .iter()
-        .any(|t| t.routing.value_format.uses_registry())
-    {
+    if !tables.iter().any(|t| t.routing.uses_registry()) {
         return Ok(Some(SchemaSet::new()));
     }
     let relay = &settings.config.relay;

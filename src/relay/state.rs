@@ -12,7 +12,6 @@ use super::settings::RelaySettings;
 use super::slot_record::SlotRecord;
 use super::table_watch::TableBaseline;
 use super::telemetry::{RelayEvent, RelayTelemetry};
-use crate::config::value_format::ValueEncoding;
 use crate::outbox::registered::SchemaSet;
 use crate::outbox::TableMappers;
 use crate::registry::SchemaRegistry;
@@ -21,8 +20,8 @@ use crate::source::error::SourceError;
 
 pub(super) struct RelayState {
     mapper: TableMappers,
-    /// For the schema ids framed payloads name (`None` when no table's
-    /// value format is `framed`).
+    /// For the schema ids framed payloads name and the subjects met first
+    /// at run time (`None` when no table uses a registry value format).
     registry: Option<SchemaRegistry>,
     /// The verdicts on poison events, which outlive a reconnect.
     poison: PoisonMemory,
@@ -45,10 +44,7 @@ impl RelayState {
         stop: watch::Receiver<bool>,
     ) -> Result<Self, RelayError> {
         let tables = settings.config.tables();
-        let registry = if tables
-            .iter()
-            .any(|t| t.routing.value_format == ValueEncoding::Framed)
-        {
+        let registry = if tables.iter().any(|t| t.routing.uses_registry()) {
             Some(SchemaRegistry::new(&settings.config.schema_registry)?)
         } else {
             None

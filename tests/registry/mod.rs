@@ -2,5 +2,6 @@
 //! PostgreSQL and Kafka.
 
 mod avro;
+mod cloudevents;
 mod framed;
 mod json_schema;
