@@ -5,3 +5,4 @@ mod avro;
 mod cloudevents;
 mod framed;
 mod json_schema;
+mod subjects;
