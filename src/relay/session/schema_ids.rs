@@ -25,7 +25,9 @@ pub(super) enum Mapped {
     Record(KafkaRecord),
     /// Why it cannot be a record: for `on_error`.
     Unmapped(MappingError),
-    /// A shutdown was asked for while waiting for the registry.
+    /// A shutdown was asked for while waiting for the registry: the session
+    /// ends without draining, so nothing more is confirmed (the records in
+    /// flight are sent again after a restart: duplicates, never a loss).
     Stopped(SessionEnd),
 }
 
