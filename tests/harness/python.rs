@@ -117,6 +117,9 @@ pub fn write_avro(registry: &str, topic: &str, schema: &Value, values: &[Value])
         .collect()
 }
 
+/// Longest a reader may take: a few thousand records decode in seconds.
+const READER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+
 /// Runs `tests/python/<script>` on `request` (its stdin, as JSON) and reads
 /// one JSON line per record back: there must be `records` of them.
 fn run_reader(script: &str, request: &Value, records: usize) -> Vec<Value> {
@@ -133,10 +136,23 @@ fn run_reader(script: &str, request: &Value, records: usize) -> Vec<Value> {
         .unwrap()
         .write_all(request.to_string().as_bytes())
         .unwrap();
+    // A client that never hears back from the registry (seen once on a
+    // loaded machine) would hang the test binary: it is killed instead,
+    // and the test fails naming the script.
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(READER_TIMEOUT).is_err() {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+    });
     let out = child.wait_with_output().unwrap();
+    let _ = done.send(());
+    let _ = watchdog.join();
     assert!(
         out.status.success(),
-        "{script} failed:\n{}",
+        "{script} failed ({}; killed after {READER_TIMEOUT:?} if it got no answer):\n{}",
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     let results: Vec<Value> = String::from_utf8(out.stdout)
