@@ -122,12 +122,25 @@ impl RelayMapper {
                 }
             }
         }
-        if let Err(MappingError::SchemaMismatch { subject, kind, .. }) = &mapped {
-            metrics::counter!(ENCODE_FAILURES, "subject" => subject.clone(), "reason" => *kind)
-                .increment(1);
+        if let Err(e) = &mapped {
+            count_encode_failure(e);
         }
         Ok(mapped)
     }
+}
+
+/// Counts a payload its value format refuses: one that does not fit its
+/// subject's schema (`avro`, `json-schema`), or a `framed` payload that is
+/// no frame or names an id the registry does not have (no subject there:
+/// the payload names its schema itself).
+fn count_encode_failure(e: &MappingError) {
+    let (subject, reason) = match e {
+        MappingError::SchemaMismatch { subject, kind, .. } => (subject.clone(), *kind),
+        MappingError::NotFramed { .. } => (String::new(), "not_framed"),
+        MappingError::UnknownSchemaId { .. } => (String::new(), "unknown_schema_id"),
+        _ => return,
+    };
+    metrics::counter!(ENCODE_FAILURES, "subject" => subject, "reason" => reason).increment(1);
 }
 
 /// What a mapper lacks, asked of the registry.

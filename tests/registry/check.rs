@@ -112,7 +112,7 @@ fn check_names_the_schema_and_sample_lists_exactly_the_rows_that_cannot_be_encod
     let schema = line(&text, "ok", "schema").join("\n");
     assert!(
         schema.contains(&format!("subject `{subject}`"))
-            && schema.contains(&format!("schema id {id}, version 1, parses"))
+            && schema.contains(&format!("schema id {id}, version 1, parses (AVRO schema)"))
             && schema.contains("compatibility BACKWARD"),
         "{text}"
     );

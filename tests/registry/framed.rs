@@ -175,6 +175,16 @@ fn framed_rows_arrive_byte_identical_and_bad_frames_go_to_the_dead_letter_topic(
         ),
         1.0
     );
+    // Both bad rows counted as encode failures, with no subject to name.
+    let mut failures = scrape.series("outboxd_value_encode_failures_total");
+    failures.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(
+        failures.len() == 2
+            && failures[0].0.contains("reason=\"not_framed\"")
+            && failures[1].0.contains("reason=\"unknown_schema_id\"")
+            && failures.iter().all(|(_, v)| *v == 1.0),
+        "{failures:?}"
+    );
 }
 
 #[test]

@@ -77,7 +77,7 @@ pub(super) async fn check(cfg: &Config) -> (Vec<Line>, Option<SchemaSet>) {
                         "schema",
                         format!(
                             "{} -> subject `{subject}` ({}.schema_version = {version}): schema \
-                             id {}, version {}, {} schema, parses; compatibility {level}",
+                             id {}, version {}, parses ({} schema); compatibility {level}",
                             t.table,
                             t.routing_key,
                             schema.id,
