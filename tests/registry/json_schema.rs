@@ -18,7 +18,7 @@ use crate::harness::relay::{env, use_ledger_topic, Env, Relay};
 
 /// Draft 2020-12: nested objects, a `$ref` into `$defs`, an enum, arrays,
 /// a pattern, numeric bounds, nullable fields, no extra members.
-fn order_schema() -> Value {
+pub(super) fn order_schema() -> Value {
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "Order",
@@ -60,7 +60,7 @@ fn order_schema() -> Value {
 const STATUSES: [&str; 3] = ["NEW", "PAID", "SHIPPED"];
 
 /// Row `i` of writer `w`.
-fn order(w: usize, i: usize) -> Value {
+pub(super) fn order(w: usize, i: usize) -> Value {
     let address = match i % 3 {
         0 => Value::Null,
         1 => json!({"city": format!("city-{i}")}),
@@ -87,7 +87,7 @@ fn sql_text(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
-fn json_schema_env(slot: &str, extra: &str) -> (Env, String) {
+pub(super) fn json_schema_env(slot: &str, extra: &str) -> (Env, String) {
     let topic = format!("{slot}.orders");
     let config = format!(
         "[routing]\ntopic = \"{topic}\"\nvalue_format = \"json-schema\"\n\
@@ -97,7 +97,7 @@ fn json_schema_env(slot: &str, extra: &str) -> (Env, String) {
     (env(broker().bootstrap(), slot, &config), topic)
 }
 
-fn insert(e: &Env, key: &str, payloads: &[Value]) {
+pub(super) fn insert(e: &Env, key: &str, payloads: &[Value]) {
     let values: Vec<String> = payloads
         .iter()
         .map(|p| {
