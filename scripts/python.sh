@@ -6,9 +6,10 @@
 #                      from_structured) parses the cloudevents-* formats
 #   opentelemetry-api  OpenTelemetry's W3C trace-context propagator parses
 #                      the traceparent / tracestate headers
-#   confluent-kafka    Confluent's client: its AvroDeserializer, with a
-#                      SchemaRegistryClient, decodes the avro value format
-#                      (extras avro and schemaregistry: fastavro, httpx, ...)
+#   confluent-kafka    Confluent's client: its AvroDeserializer and
+#                      JSONDeserializer, with a SchemaRegistryClient, decode
+#                      the avro and json-schema value formats (extras avro,
+#                      json and schemaregistry: fastavro, jsonschema, httpx, ...)
 #
 #   scripts/python.sh          install if missing; print the venv's python
 #
@@ -27,7 +28,8 @@ CONFLUENT_KAFKA_VERSION="${CONFLUENT_KAFKA_VERSION:-2.16.1}"
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$SCRIPT_DIR/.." && pwd)"
 CACHE_ROOT="${OUTBOXD_CACHE:-$REPO_DIR/.cache}"
-VENV="$CACHE_ROOT/python/venv-cloudevents-$CLOUDEVENTS_VERSION-otel-$OPENTELEMETRY_API_VERSION-ck-$CONFLUENT_KAFKA_VERSION"
+CONFLUENT_KAFKA_EXTRAS="avro,json,schemaregistry"
+VENV="$CACHE_ROOT/python/venv-cloudevents-$CLOUDEVENTS_VERSION-otel-$OPENTELEMETRY_API_VERSION-ck-$CONFLUENT_KAFKA_VERSION-${CONFLUENT_KAFKA_EXTRAS//,/-}"
 
 log() { echo "python.sh: $*" >&2; }
 
@@ -39,12 +41,12 @@ if [[ ! -f "$VENV/.complete" ]]; then
   exec 9>"$VENV.lock"
   flock 9
   if [[ ! -f "$VENV/.complete" ]]; then
-    log "installing cloudevents $CLOUDEVENTS_VERSION, opentelemetry-api $OPENTELEMETRY_API_VERSION and confluent-kafka $CONFLUENT_KAFKA_VERSION (once; cached in $VENV)"
+    log "installing cloudevents $CLOUDEVENTS_VERSION, opentelemetry-api $OPENTELEMETRY_API_VERSION and confluent-kafka[$CONFLUENT_KAFKA_EXTRAS] $CONFLUENT_KAFKA_VERSION (once; cached in $VENV)"
     rm -rf "$VENV"
     python3 -m venv "$VENV" >&2
     "$VENV/bin/pip" install -q --disable-pip-version-check \
       "cloudevents==$CLOUDEVENTS_VERSION" "opentelemetry-api==$OPENTELEMETRY_API_VERSION" \
-      "confluent-kafka[avro,schemaregistry]==$CONFLUENT_KAFKA_VERSION" >&2
+      "confluent-kafka[$CONFLUENT_KAFKA_EXTRAS]==$CONFLUENT_KAFKA_VERSION" >&2
     touch "$VENV/.complete"
   fi
 fi

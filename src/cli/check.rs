@@ -219,7 +219,7 @@ pub async fn run_sampled(path: Option<&Path>, sample: Option<usize>, out: &mut d
     if let Some(n) = sample {
         let lines = match (schemas, sample_conn) {
             (Some(schemas), Some(conn)) => match crate::source::admin::connect_sql(&conn).await {
-                Ok(client) => registry::sample(&client, &cfg.tables(), &schemas, n).await,
+                Ok(client) => registry::sample(&client, &cfg, &schemas, n).await,
                 Err(e) => vec![Line::skip("sample", &format!("PostgreSQL: {e}"))],
             },
             _ => vec![Line::skip(

@@ -219,21 +219,25 @@ impl Config {
         if self.schema_registry.is_configured() {
             self.schema_registry.validate()?;
         }
-        let needs = self
-            .outbox
-            .tables(&self.routing)
-            .into_iter()
-            .find(|t| t.routing.value_format.uses_registry());
+        let needs = self.outbox.tables(&self.routing).into_iter().find_map(|t| {
+            t.routing
+                .value_formats()
+                .find(|(_, f)| f.uses_registry())
+                .map(|(key, f)| (t.routing_key.clone(), key, f))
+        });
         match needs {
-            Some(t) if !self.schema_registry.is_configured() => Err(ConfigError::invalid(
-                "schema_registry.url",
-                format!(
-                    "is not set, and {}.value_format = \"{}\" takes its schemas from a schema \
-                     registry; add [schema_registry] with url = \"http://registry:8081\"",
-                    t.routing_key,
-                    t.routing.value_format.as_str()
-                ),
-            )),
+            Some((routing_key, key, f)) if !self.schema_registry.is_configured() => {
+                Err(ConfigError::invalid(
+                    "schema_registry.url",
+                    format!(
+                        "is not set, and {}{} = \"{}\" takes its schemas from a schema \
+                         registry; add [schema_registry] with url = \"http://registry:8081\"",
+                        routing_key,
+                        key.trim_start_matches("routing"),
+                        f.as_str()
+                    ),
+                ))
+            }
             _ => Ok(()),
         }
     }

@@ -14,7 +14,7 @@ use crate::config::cloudevents::{CloudEventsConfig, EventFormat};
 use crate::config::error::ConfigError;
 use crate::config::outbox::{ColumnsConfig, COLUMN_ROLES};
 use crate::config::value_format::{
-    is_fixed_topic, parse_subject, SchemaVersion, SubjectPart, ValueEncoding, DEFAULT_SUBJECT,
+    parse_subject, SchemaVersion, SubjectPart, ValueEncoding, DEFAULT_SUBJECT,
 };
 
 /// Debezium's outbox event router default (`outbox.event.<aggregatetype>`),
@@ -101,6 +101,9 @@ pub struct RoutingRule {
     pub aggregate_type: Option<String>,
     /// Topic template for matching events.
     pub topic: String,
+    /// How matching events' values are encoded; `routing.value_format`
+    /// when not set.
+    pub value_format: Option<ValueEncoding>,
 }
 
 impl RoutingRule {
@@ -118,6 +121,22 @@ impl RoutingRule {
 }
 
 impl RoutingConfig {
+    /// Every value format the routing can use, with the key that sets it:
+    /// `routing.value_format`, then each rule's own.
+    pub(crate) fn value_formats(&self) -> impl Iterator<Item = (String, ValueEncoding)> + '_ {
+        std::iter::once(("routing.value_format".to_owned(), self.value_format)).chain(
+            self.rules.iter().enumerate().filter_map(|(i, r)| {
+                r.value_format
+                    .map(|f| (format!("routing.rules[{i}].value_format"), f))
+            }),
+        )
+    }
+
+    /// Whether any of its value formats needs `[schema_registry]`.
+    pub(crate) fn uses_registry(&self) -> bool {
+        self.value_formats().any(|(_, f)| f.uses_registry())
+    }
+
     /// The topic template for an event: the first matching rule's, else `topic`.
     #[cfg(test)]
     pub(crate) fn topic_template_for(&self, event_type: &str, aggregate_type: &str) -> &str {
@@ -302,8 +321,8 @@ pub(crate) fn validate_topic_name(key: &str, topic: &str) -> Result<(), ConfigEr
     }
 }
 
-/// The value-format keys of one routing config: known placeholders, the
-/// combinations that cannot work, and (for now) what is not built yet.
+/// The value-format keys of one routing config: known placeholders, and
+/// the combinations that cannot work.
 fn validate_value_format(
     routing: &RoutingConfig,
     columns: &ColumnsConfig,
@@ -316,81 +335,75 @@ fn validate_value_format(
             format!("must not be empty; e.g. \"{DEFAULT_SUBJECT}\""),
         ));
     }
-    let encoding = routing.value_format;
-    if encoding == ValueEncoding::Json {
+    if !routing.uses_registry() {
         return Ok(());
     }
-    if matches!(encoding, ValueEncoding::JsonSchema | ValueEncoding::Framed) {
-        return Err(ConfigError::invalid(
-            "routing.value_format",
-            format!(
-                "\"{}\" is not implemented yet; use \"json\" or \"avro\"",
-                encoding.as_str()
-            ),
-        ));
-    }
-    match routing.format {
-        EventFormat::Plain => {}
-        EventFormat::CloudeventsStructured => {
-            return Err(ConfigError::invalid(
-                "routing.value_format",
-                format!(
+    for (key, encoding) in routing.value_formats() {
+        if encoding == ValueEncoding::Json {
+            continue;
+        }
+        match routing.format {
+            EventFormat::Plain => {}
+            EventFormat::CloudeventsStructured => {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!(
                     "\"{}\" cannot be combined with routing.format = \"cloudevents-structured\": \
-                     a structured CloudEvent is JSON with the payload inside; use \
-                     \"cloudevents-binary\" or routing.value_format = \"json\"",
+                         a structured CloudEvent is JSON with the payload inside; use \
+                         \"cloudevents-binary\" or value_format = \"json\"",
                     encoding.as_str()
                 ),
-            ))
-        }
-        EventFormat::CloudeventsBinary => {
-            return Err(ConfigError::invalid(
-                "routing.value_format",
-                format!(
-                    "\"{}\" with routing.format = \"cloudevents-binary\" is not implemented yet; \
-                     use routing.format = \"plain\"",
-                    encoding.as_str()
-                ),
-            ))
-        }
-    }
-    if routing.value == ValueFormat::Envelope {
-        return Err(ConfigError::invalid(
-            "routing.value",
-            format!(
-                "\"envelope\" is JSON; with routing.value_format = \"{}\" the payload itself is \
-                 encoded: set routing.value = \"payload\"",
-                encoding.as_str()
-            ),
-        ));
-    }
-    // The subjects are resolved when the relay starts, so each event's must
-    // follow from the config alone.
-    for part in &parts {
-        let per_event = match part {
-            SubjectPart::Literal(_) => None,
-            SubjectPart::Role(r) => Some(format!("${{{r}}}")),
-            SubjectPart::Column(c) => Some(format!("${{column:{c}}}")),
-            SubjectPart::Topic => {
-                if columns.column_for_role("topic").is_some() {
-                    Some("${topic} with outbox.columns.topic set".to_owned())
-                } else {
-                    std::iter::once(&routing.topic)
-                        .chain(routing.rules.iter().map(|r| &r.topic))
-                        .find(|t| !is_fixed_topic(t))
-                        .map(|t| format!("${{topic}} with the topic template `{t}`"))
+                ))
+            }
+            EventFormat::CloudeventsBinary if encoding == ValueEncoding::Framed => {
+                return Err(ConfigError::invalid(
+                    key,
+                    "\"framed\" with routing.format = \"cloudevents-binary\" is not implemented \
+                     yet; use routing.format = \"plain\"",
+                ))
+            }
+            EventFormat::CloudeventsBinary => {
+                if !routing.cloudevents.data_content_type.is_empty() {
+                    return Err(ConfigError::invalid(
+                        "routing.cloudevents.data_content_type",
+                        format!(
+                            "cannot be set with {key} = \"{}\": the content type is the \
+                             format's ({}); remove routing.cloudevents.data_content_type",
+                            encoding.as_str(),
+                            if encoding == ValueEncoding::Avro {
+                                "application/avro"
+                            } else {
+                                "application/schema+json"
+                            }
+                        ),
+                    ));
                 }
             }
-        };
-        if let Some(what) = per_event {
+        }
+        if routing.value == ValueFormat::Envelope {
             return Err(ConfigError::invalid(
-                "routing.subject",
+                "routing.value",
                 format!(
-                    "`{}` uses {what}, which varies per event: subjects resolved per event are \
-                     not implemented yet; use fixed topics (routing.topic and \
-                     routing.rules[].topic without placeholders) or a fixed subject",
-                    routing.subject
+                    "\"envelope\" is JSON; with {key} = \"{}\" the payload itself is \
+                     encoded: set routing.value = \"payload\"",
+                    encoding.as_str()
                 ),
             ));
+        }
+    }
+    // Subjects met first at run time are fetched then; a role placeholder
+    // needs its column configured.
+    for part in &parts {
+        if let SubjectPart::Role(role) = part {
+            if columns.column_for_role(role).is_none() {
+                return Err(ConfigError::invalid(
+                    "routing.subject",
+                    format!(
+                        "uses ${{{role}}} but outbox.columns.{role} is empty; set that column or \
+                         change the template"
+                    ),
+                ));
+            }
         }
     }
     Ok(())

@@ -68,7 +68,7 @@ fn avro_needs_a_registry() {
 }
 
 #[test]
-fn subjects_have_known_placeholders_and_are_fixed_for_now() {
+fn subjects_have_known_placeholders_and_configured_roles() {
     invalid(
         &avro("subject = \"${nope}-value\""),
         "routing.subject",
@@ -79,17 +79,17 @@ fn subjects_have_known_placeholders_and_are_fixed_for_now() {
         "routing.subject",
         "unterminated",
     );
+    // Per-event subjects and topics: fetched when first met.
+    parse(&avro("subject = \"com.acme.${event_type}\"")).unwrap();
+    parse(&avro("subject = \"${column:tenant}.${topic}-value\"")).unwrap();
+    parse(&format!(
+        "{BASE}[routing]\nvalue_format = \"avro\"\n[schema_registry]\nurl = \"http://r:1\"\n"
+    ))
+    .unwrap();
     invalid(
-        &avro("subject = \"com.acme.${event_type}\""),
+        &avro("subject = \"${timestamp}-value\""),
         "routing.subject",
-        "not implemented yet",
-    );
-    invalid(
-        &format!(
-            "{BASE}[routing]\nvalue_format = \"avro\"\n[schema_registry]\nurl = \"http://r:1\"\n"
-        ),
-        "routing.subject",
-        "outbox.event.${aggregate_type}",
+        "outbox.columns.timestamp is empty",
     );
     assert_eq!(
         parse_subject("a.${topic}.${column:t}.${event_type}").unwrap(),
@@ -113,9 +113,40 @@ fn combinations_that_cannot_work_are_refused() {
     );
     invalid(&avro("value = \"envelope\""), "routing.value", "envelope");
     invalid(
-        &format!("{BASE}[routing]\nvalue_format = \"json-schema\"\n[schema_registry]\nurl = \"http://r:1\"\n"),
+        &format!("{BASE}[routing]\nvalue_format = \"framed\"\nvalue = \"envelope\"\n[schema_registry]\nurl = \"http://r:1\"\n"),
+        "routing.value",
+        "envelope",
+    );
+}
+
+#[test]
+fn cloudevents_binary_carries_registry_values_with_their_content_type() {
+    let c = parse(&avro("format = \"cloudevents-binary\"")).unwrap();
+    assert_eq!(c.routing.value_format, ValueEncoding::Avro);
+    invalid(
+        &avro("format = \"cloudevents-binary\"\ncloudevents = { data_content_type = \"application/json\" }"),
+        "routing.cloudevents.data_content_type",
+        "application/avro",
+    );
+    invalid(
+        &format!("{BASE}[routing]\nvalue_format = \"framed\"\nformat = \"cloudevents-binary\"\n[schema_registry]\nurl = \"http://r:1\"\n"),
         "routing.value_format",
         "not implemented yet",
+    );
+}
+
+#[test]
+fn framed_needs_a_registry_but_no_fixed_subject() {
+    // The payload names its schema: per-event topics are fine.
+    let c = parse(&format!(
+        "{BASE}[routing]\nvalue_format = \"framed\"\n[schema_registry]\nurl = \"http://r:1\"\n"
+    ))
+    .unwrap();
+    assert_eq!(c.routing.value_format, ValueEncoding::Framed);
+    invalid(
+        &format!("{BASE}[routing]\nvalue_format = \"framed\"\n"),
+        "schema_registry.url",
+        "routing.value_format = \"framed\"",
     );
 }
 

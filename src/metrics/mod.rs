@@ -128,7 +128,8 @@ fn describe() {
     );
     describe_counter!(
         ENCODE_FAILURES,
-        "Payloads that do not fit their registered schema, by subject and reason"
+        "Payloads that do not fit their registered schema, or framed payloads that are no \
+         frame or name an unknown schema id (subject empty), by subject and reason"
     );
     describe_counter!(TRANSACTIONS, "Committed transactions read from the slot");
     describe_counter!(

@@ -9,7 +9,8 @@
 //! | `type`            | the event type column                             |
 //! | `time`            | the commit time, RFC 3339 with microseconds       |
 //! | `subject`         | the aggregate id (the key column), when not empty |
-//! | `datacontenttype` | `routing.cloudevents.data_content_type`           |
+//! | `datacontenttype` | `routing.cloudevents.data_content_type`, or the registry value format's (`application/avro`, `application/schema+json`) |
+//! | `dataschema`      | a registry value format: `<registry url>/schemas/ids/<id>` |
 //! | extensions        | `routing.cloudevents.extensions`, `ce_extensions` |
 //!
 //! The record key stays the aggregate id: the binding's `partitionkey`.
@@ -63,6 +64,7 @@ pub(super) struct CloudEventsPlan {
     type_: Arc<str>,
     time: Arc<str>,
     subject: Arc<str>,
+    dataschema: Arc<str>,
     /// From `routing.cloudevents.extensions`, in name order.
     extensions: Vec<Extension>,
     /// Slot of the `ce_extensions` column.
@@ -86,6 +88,11 @@ pub(super) struct Attributes<'a> {
     pub id: Option<&'a Bytes>,
     pub event_type: Option<&'a Bytes>,
     pub subject: Option<&'a Bytes>,
+    /// A registry value format's: the content type (which replaces
+    /// `routing.cloudevents.data_content_type`; config validation refuses
+    /// both at once), and where the value's schema is.
+    pub content_type: Option<&'static str>,
+    pub dataschema: Option<&'a Bytes>,
     pub commit_time_us: i64,
 }
 
@@ -134,6 +141,7 @@ impl CloudEventsPlan {
             type_: Arc::from("ce_type"),
             time: Arc::from("ce_time"),
             subject: Arc::from("ce_subject"),
+            dataschema: Arc::from("ce_dataschema"),
             extensions: config
                 .extensions
                 .iter()
@@ -151,7 +159,7 @@ impl CloudEventsPlan {
 
     /// Headers a CloudEvent adds at most, besides extensions.
     pub(super) fn extra_headers(&self) -> usize {
-        7 + self.extensions.len()
+        8 + self.extensions.len()
     }
 
     /// Makes the record a CloudEvent: appends its headers to `headers` and
@@ -194,8 +202,13 @@ impl CloudEventsPlan {
 
         let binary = self.mode == Mode::Binary || payload.is_none();
         if binary {
-            if payload.is_some() {
-                headers.push(self.data_content_type.clone());
+            match (&payload, event.content_type) {
+                (None, _) => {}
+                (Some(_), None) => headers.push(self.data_content_type.clone()),
+                (Some(_), Some(t)) => headers.push((
+                    self.data_content_type.0.clone(),
+                    Some(Bytes::from_static(t.as_bytes())),
+                )),
             }
             headers.push(self.specversion.clone());
             headers.push((self.id.clone(), Some(id)));
@@ -205,6 +218,9 @@ impl CloudEventsPlan {
             // An unset attribute is no header (CloudEvents treat null as unset).
             if let Some(s) = subject {
                 headers.push((self.subject.clone(), Some(s.clone())));
+            }
+            if let Some(d) = event.dataschema {
+                headers.push((self.dataschema.clone(), Some(d.clone())));
             }
             for (header, value) in extensions {
                 let value = match value {

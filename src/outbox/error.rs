@@ -1,6 +1,7 @@
 //! Why an event or the config cannot be mapped, and the config keys those
 //! errors name so the user knows what to fix.
 
+use crate::config::value_format::SchemaVersion;
 use crate::config::ConfigError;
 use crate::outbox::trace::TraceContextError;
 
@@ -115,8 +116,65 @@ pub(crate) enum MappingError {
         subject: String,
         version: u32,
         reason: String,
-        /// `not_json`, `mismatch` or `encode` (a metric label).
+        /// `not_json`, `mismatch`, `invalid` (JSON Schema), `encode` or
+        /// `schema_type` (a metric label).
         kind: &'static str,
+    },
+
+    /// A placeholder of `routing.subject` has no text for this event.
+    #[error(
+        "routing.subject uses {placeholder}, which is {value} for this event; a subject needs \
+         its text"
+    )]
+    SubjectPlaceholder { placeholder: String, value: String },
+
+    /// The event's subject was not fetched from the registry yet. The relay
+    /// fetches it and maps the event again; a command that does not read
+    /// the registry stops here.
+    #[error(
+        "event {event_id}: subject `{subject}` (routing.subject) was not looked up in the schema \
+         registry (this command does not read the registry)"
+    )]
+    SchemaSubjectUnchecked {
+        event_id: String,
+        subject: String,
+        version: SchemaVersion,
+    },
+
+    /// The registry has no usable schema for the event's subject: it does
+    /// not exist, has no such version, or does not parse.
+    #[error("event {event_id}: {reason}")]
+    SchemaUnavailable { event_id: String, reason: String },
+
+    /// `routing.value_format = "framed"`: the payload is not a record in
+    /// Confluent's wire format.
+    #[error(
+        "event {event_id}: the payload is not a framed record (routing.value_format = \"framed\"): \
+         {reason}; write the bytes a Confluent serializer produces into the payload column"
+    )]
+    NotFramed { event_id: String, reason: String },
+
+    /// `routing.value_format = "framed"`: the payload names a schema id the
+    /// mapper has not seen confirmed by the registry. The relay asks the
+    /// registry and maps the event again; a command that does not read the
+    /// registry stops here.
+    #[error(
+        "event {event_id}: the payload names schema id {id}, not looked up in the schema \
+         registry (this command does not read the registry)"
+    )]
+    SchemaIdUnchecked { event_id: String, id: u32 },
+
+    /// `routing.value_format = "framed"`: the registry has no schema with
+    /// the id the payload names.
+    #[error(
+        "event {event_id}: the payload names schema id {id}, which the schema registry at {url} \
+         does not have (routing.value_format = \"framed\"); register the writer's schema there, \
+         or fix the row"
+    )]
+    UnknownSchemaId {
+        event_id: String,
+        id: u32,
+        url: String,
     },
 
     /// The event cannot be a CloudEvent (routing.format = "cloudevents-*").

@@ -31,7 +31,7 @@ use bytes::Bytes;
 
 use crate::config::outbox::ColumnsConfig;
 use crate::config::routing::{RoutingConfig, ValueFormat};
-use crate::outbox::avro::{AvroRoutes, RegisteredSchema, SchemaSet};
+use crate::config::value_format::ValueEncoding;
 use crate::outbox::bytea;
 use crate::outbox::cloudevents::{Attributes, CloudEventsPlan};
 use crate::outbox::envelope::{write_envelope, EnvelopeFields};
@@ -44,7 +44,9 @@ use crate::outbox::fields::Fields;
 use crate::outbox::headers::{HeaderNames, HeaderPlan};
 use crate::outbox::message;
 use crate::outbox::record::{parse_timestamp_ms, KafkaRecord};
+use crate::outbox::registered::{framed_id, RegisteredSchema, SchemaSet};
 use crate::outbox::route::Router;
+use crate::outbox::schema_routes::SchemaRoutes;
 use crate::outbox::topic::TopicCache;
 use crate::outbox::trace;
 
@@ -76,18 +78,31 @@ pub(crate) struct RecordMapper {
 impl RecordMapper {
     /// Checks the config and pre-parses templates and rules. `ce_source`
     /// is the CloudEvents `source` of the table's events (see
-    /// `OutboxTable::ce_source`), unused by the plain format.
+    /// `OutboxTable::ce_source`), unused by the plain format. For commands
+    /// that do not read the schema registry: a registry value format is
+    /// refused.
     pub(crate) fn new(
         columns: &ColumnsConfig,
         routing: &RoutingConfig,
         ce_source: &str,
     ) -> Result<RecordMapper, MappingConfigError> {
+        // Without the registry, every event would fail instead.
+        if let Some((key, f)) = routing.value_formats().find(|(_, f)| f.uses_registry()) {
+            return Err(MappingConfigError::Invalid {
+                key,
+                reason: format!(
+                    "\"{}\" takes its schemas from the schema registry, which this command \
+                     does not read yet",
+                    f.as_str()
+                ),
+            });
+        }
         RecordMapper::with_schemas(columns, routing, ce_source, &SchemaSet::new())
     }
 
     /// As [`new`](Self::new), with the registered schemas the value format
-    /// encodes with (`routing.value_format = "avro"`: every subject of the
-    /// routing must be there).
+    /// encodes with (`routing.value_format = "avro"` or `"json-schema"`:
+    /// every subject of the routing must be there).
     pub(crate) fn with_schemas(
         columns: &ColumnsConfig,
         routing: &RoutingConfig,
@@ -96,18 +111,22 @@ impl RecordMapper {
     ) -> Result<RecordMapper, MappingConfigError> {
         columns.validate()?;
         routing.validate(columns)?;
+        let (plan, routes) = Plan::new(columns, routing, ce_source, schemas)?;
         Ok(RecordMapper {
-            plan: Plan::new(columns, routing, ce_source, schemas)?,
+            plan,
             layout: None,
-            state: State::default(),
+            state: State {
+                routes,
+                ..State::default()
+            },
         })
     }
 
-    /// A new `latest` version of a subject (see `AvroRoutes::use_latest`);
+    /// A new `latest` version of a subject (see `SchemaRoutes::use_latest`);
     /// whether it replaced a schema.
     pub(crate) fn use_latest(&mut self, schema: &Arc<RegisteredSchema>) -> bool {
-        self.plan
-            .avro
+        self.state
+            .routes
             .as_mut()
             .is_some_and(|routes| routes.use_latest(schema))
     }
@@ -204,6 +223,20 @@ impl RecordMapper {
         self.plan.router.rule_for(event_type, aggregate_type)
     }
 
+    /// Notes that the registry has a schema with `id`: framed payloads
+    /// naming it pass from now on.
+    pub(crate) fn learn_schema_id(&mut self, id: u32) {
+        self.state.known_ids.insert(id);
+    }
+
+    /// Remembers `schema` as `subject`'s (fetched by the relay after
+    /// `MappingError::SchemaSubjectUnchecked`).
+    pub(crate) fn learn_subject(&mut self, subject: &str, schema: &Arc<RegisteredSchema>) {
+        if let Some(routes) = &mut self.state.routes {
+            routes.learn(subject, schema);
+        }
+    }
+
     /// Topics currently interned.
     #[cfg(test)]
     pub(crate) fn cached_topics(&self) -> usize {
@@ -220,6 +253,11 @@ struct State {
     scratch: Vec<u8>,
     /// The last CloudEvents `time`: commit time (µs) and its text.
     ce_time: Option<(i64, Bytes)>,
+    /// `routing.value_format = "framed"`: the schema ids the registry
+    /// confirmed (see [`RecordMapper::learn_schema_id`]).
+    known_ids: std::collections::HashSet<u32>,
+    /// The subjects' schemas (a value format with a subject).
+    routes: Option<SchemaRoutes>,
 }
 
 #[derive(Debug)]
@@ -270,8 +308,10 @@ struct Plan {
     cloudevents: Option<CloudEventsPlan>,
     router: Router,
     value: ValueFormat,
-    /// `Some` with `routing.value_format = "avro"`: the schema per topic.
-    avro: Option<AvroRoutes>,
+    /// `routing.value_format`.
+    value_format: ValueEncoding,
+    /// Each rule's value format, when one sets its own.
+    rule_formats: Option<Vec<ValueEncoding>>,
     tombstone: bool,
 }
 
@@ -297,7 +337,7 @@ impl Plan {
         routing: &RoutingConfig,
         ce_source: &str,
         schemas: &SchemaSet,
-    ) -> Result<Plan, MappingConfigError> {
+    ) -> Result<(Plan, Option<SchemaRoutes>), MappingConfigError> {
         let mut slots = Slots::default();
         let mut required = |role: &str| {
             columns
@@ -333,7 +373,8 @@ impl Plan {
         let router = Router::new(columns, routing, topic, event_type, aggregate_type, |c| {
             slots.slot(c)
         })?;
-        Ok(Plan {
+        let routes = SchemaRoutes::new(routing, columns, schemas, |c| slots.slot(c))?;
+        let plan = Plan {
             columns: slots.0,
             id,
             key,
@@ -348,9 +389,21 @@ impl Plan {
             cloudevents,
             router,
             value: routing.value,
-            avro: AvroRoutes::new(routing, schemas)?,
+            value_format: routing.value_format,
+            rule_formats: routing
+                .rules
+                .iter()
+                .any(|r| r.value_format.is_some())
+                .then(|| {
+                    routing
+                        .rules
+                        .iter()
+                        .map(|r| r.value_format.unwrap_or(routing.value_format))
+                        .collect()
+                }),
             tombstone: routing.tombstone_on_empty_payload,
-        })
+        };
+        Ok((plan, routes))
     }
 
     fn layout(&self, table: &Arc<TableInfo>) -> Layout {
@@ -436,9 +489,33 @@ impl Plan {
             event_type,
             aggregate_type,
         )?;
-        let value = match (&self.avro, value) {
-            (Some(routes), Some(payload)) => Some(encode_avro(routes, &topic, id, &payload)?),
-            (_, value) => value,
+        let encoding = match &self.rule_formats {
+            None => self.value_format,
+            Some(formats) => self
+                .router
+                .rule_index(f, event_type, aggregate_type)?
+                .map_or(self.value_format, |i| formats[i]),
+        };
+        let mut registered = None;
+        let value = match (encoding, value) {
+            (ValueEncoding::Json, value) | (_, value @ None) => value,
+            (ValueEncoding::Framed, Some(payload)) => {
+                check_framed(&st.known_ids, id, &payload)?;
+                Some(payload)
+            }
+            (_, Some(payload)) => {
+                let event_id = || id.map_or_else(|| "(no id)".to_owned(), |b| quote(b));
+                let routes = st
+                    .routes
+                    .as_mut()
+                    .ok_or_else(|| MappingError::InvalidTopic {
+                        topic: topic.to_string(),
+                        reason: "no schema subject for this value format (routing.subject)".into(),
+                    })?;
+                let route = routes.route_for(&topic, f, encoding, event_id)?;
+                registered = Some((route.schema.schema.content_type(), route.dataschema.clone()));
+                Some(encode_framed(&route.schema, id, &payload)?)
+            }
         };
         let extra = self
             .cloudevents
@@ -469,6 +546,8 @@ impl Plan {
                     id,
                     event_type,
                     subject: key,
+                    content_type: registered.as_ref().map(|(t, _)| *t),
+                    dataschema: registered.as_ref().map(|(_, d)| d),
                     commit_time_us,
                 };
                 ce.apply(
@@ -497,30 +576,44 @@ impl Plan {
 }
 
 /// The payload encoded with its topic's schema and framed.
-fn encode_avro(
-    routes: &AvroRoutes,
-    topic: &str,
+fn encode_framed(
+    schema: &RegisteredSchema,
     id: Option<&Bytes>,
     payload: &[u8],
 ) -> Result<Bytes, MappingError> {
-    let event_id = || id.map_or_else(|| "(no id)".to_owned(), |b| quote(b));
-    let schema = routes
-        .schema_for(topic)
-        .ok_or_else(|| MappingError::InvalidTopic {
-            topic: topic.to_owned(),
-            reason: "no Avro schema was resolved for this topic (routing.subject)".into(),
-        })?;
     schema
         .encode_framed(payload)
         .map(Bytes::from)
         .map_err(|e| MappingError::SchemaMismatch {
-            event_id: event_id(),
+            event_id: id.map_or_else(|| "(no id)".to_owned(), |b| quote(b)),
             schema_id: schema.id,
             subject: schema.subject.clone(),
             version: schema.version,
             reason: e.to_string(),
             kind: e.kind(),
         })
+}
+
+/// A framed payload names a schema id the registry confirmed; the bytes
+/// are sent unchanged.
+fn check_framed(
+    known: &std::collections::HashSet<u32>,
+    id: Option<&Bytes>,
+    payload: &[u8],
+) -> Result<(), MappingError> {
+    let event_id = || id.map_or_else(|| "(no id)".to_owned(), |b| quote(b));
+    let schema_id = framed_id(payload).map_err(|reason| MappingError::NotFramed {
+        event_id: event_id(),
+        reason,
+    })?;
+    if known.contains(&schema_id) {
+        Ok(())
+    } else {
+        Err(MappingError::SchemaIdUnchecked {
+            event_id: event_id(),
+            id: schema_id,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -1130,6 +1130,7 @@ fn arb_rules() -> impl Strategy<Value = Vec<RoutingRule>> {
             event_type_prefix: prefix.map(str::to_owned),
             aggregate_type: at.map(str::to_owned),
             topic: format!("t{n}"),
+            value_format: None,
         });
     prop::collection::vec(rule, 0..5)
 }
@@ -1228,4 +1229,197 @@ fn table_mappers_map_each_event_by_its_table() {
     assert_eq!(&*r.topic, "billing.invoice.sent");
     assert_eq!(r.key.as_ref().map(text), Some("acc-1"));
     assert_eq!(mappers.label(&m), "billing.events");
+}
+
+#[test]
+fn framed_payloads_pass_unchanged_once_the_registry_confirmed_their_id() {
+    let t = table(&[
+        ("id", UUID),
+        ("aggregate_type", TEXT),
+        ("aggregate_id", TEXT),
+        ("event_type", TEXT),
+        ("payload", BYTEA),
+    ]);
+    let routing = RoutingConfig {
+        value_format: ValueEncoding::Framed,
+        ..RoutingConfig::default()
+    };
+    let mut m =
+        RecordMapper::with_schemas(&ColumnsConfig::default(), &routing, "/t", &SchemaSet::new())
+            .unwrap();
+    let event = |payload: &str| {
+        row(
+            &t,
+            &[
+                Some(EVENT_ID),
+                Some("order"),
+                Some("k"),
+                Some("order.created"),
+                Some(payload),
+            ],
+        )
+    };
+    // Magic byte, id 7, then the record's bytes.
+    let framed = event("\\x000000000702ff");
+    assert_eq!(
+        m.map(&framed).unwrap_err(),
+        MappingError::SchemaIdUnchecked {
+            event_id: EVENT_ID.into(),
+            id: 7
+        }
+    );
+    m.learn_schema_id(7);
+    let r = m.map(&framed).unwrap();
+    assert_eq!(
+        r.value.as_deref(),
+        Some(&b"\x00\x00\x00\x00\x07\x02\xff"[..])
+    );
+
+    let e = m.map(&event("\\x010000000702")).unwrap_err().to_string();
+    assert!(e.contains("the first byte is 0x01"), "{e}");
+    let e = m.map(&event("\\x000007")).unwrap_err().to_string();
+    assert!(e.contains("too short"), "{e}");
+    // Commands that do not read the registry refuse the format at start.
+    let e = RecordMapper::new(&ColumnsConfig::default(), &routing, "/t").unwrap_err();
+    assert!(e.to_string().contains("routing.value_format"), "{e}");
+}
+
+#[test]
+fn cloudevents_binary_carries_the_encoded_value_its_content_type_and_dataschema() {
+    use crate::config::cloudevents::EventFormat;
+    use crate::outbox::registered::{RegisteredSchema, SchemaKind};
+    let schema = |kind: SchemaKind| {
+        Arc::new(RegisteredSchema {
+            id: 12,
+            subject: "payments-value".into(),
+            version: 3,
+            schema: kind,
+            url: "http://registry:8081".into(),
+        })
+    };
+    for (encoding, kind, content_type) in [
+        (
+            ValueEncoding::JsonSchema,
+            SchemaKind::parse(Some("JSON"), r#"{"type": "object"}"#).unwrap(),
+            "application/schema+json",
+        ),
+        (
+            ValueEncoding::Avro,
+            SchemaKind::parse(
+                None,
+                r#"{"type": "record", "name": "P", "fields": [{"name": "amount", "type": "long"}]}"#,
+            )
+            .unwrap(),
+            "application/avro",
+        ),
+    ] {
+        let routing = RoutingConfig {
+            topic: "payments".into(),
+            value_format: encoding,
+            format: EventFormat::CloudeventsBinary,
+            ..RoutingConfig::default()
+        };
+        let schemas = SchemaSet::from([("payments-value".to_owned(), schema(kind))]);
+        let mut m =
+            RecordMapper::with_schemas(&ColumnsConfig::default(), &routing, "/t", &schemas)
+                .unwrap();
+        let e = row(
+            &seed_table(),
+            &[
+                Some(EVENT_ID),
+                Some("payment"),
+                Some(PAYMENT_ID),
+                Some("payment.made"),
+                Some(r#"{"amount": 1999}"#),
+                Some(CREATED_AT),
+                None,
+                Some("0"),
+                None,
+            ],
+        );
+        let r = m.map(&e).unwrap();
+        let header = |name: &str| {
+            r.headers
+                .iter()
+                .find(|(n, _)| &**n == name)
+                .and_then(|(_, v)| v.as_deref())
+                .map(|v| std::str::from_utf8(v).unwrap().to_owned())
+        };
+        assert_eq!(header("content-type").as_deref(), Some(content_type));
+        assert_eq!(
+            header("ce_dataschema").as_deref(),
+            Some("http://registry:8081/schemas/ids/12")
+        );
+        let value = r.value.unwrap();
+        assert_eq!(&value[..5], &[0, 0, 0, 0, 12]);
+        if encoding == ValueEncoding::JsonSchema {
+            assert_eq!(&value[5..], br#"{"amount": 1999}"#);
+        }
+    }
+}
+
+#[test]
+fn per_event_subjects_are_asked_for_once_and_rules_choose_the_value_format() {
+    use crate::config::value_format::SchemaVersion;
+    use crate::outbox::registered::{RegisteredSchema, SchemaKind};
+    let routing = RoutingConfig {
+        topic: "orders".into(),
+        subject: "com.acme.${event_type}".into(),
+        rules: vec![RoutingRule {
+            event_type_prefix: Some("payment.".into()),
+            topic: "payments".into(),
+            value_format: Some(ValueEncoding::JsonSchema),
+            ..RoutingRule::default()
+        }],
+        ..RoutingConfig::default()
+    };
+    let mut m =
+        RecordMapper::with_schemas(&ColumnsConfig::default(), &routing, "/t", &SchemaSet::new())
+            .unwrap();
+    let event = |event_type: &str| {
+        let mut values = seed_row_values("payment", event_type);
+        values[4] = Some(r#"{"amount": 5}"#);
+        row(&seed_table(), &values)
+    };
+    // The default (json) route needs no schema.
+    let r = m.map(&event("order.created")).unwrap();
+    assert_eq!(r.value.as_deref(), Some(&br#"{"amount": 5}"#[..]));
+    assert_eq!(
+        m.map(&event("payment.made")).unwrap_err(),
+        MappingError::SchemaSubjectUnchecked {
+            event_id: EVENT_ID.into(),
+            subject: "com.acme.payment.made".into(),
+            version: SchemaVersion::Latest,
+        }
+    );
+    let schema = Arc::new(RegisteredSchema {
+        id: 77,
+        subject: "com.acme.payment.made".into(),
+        version: 1,
+        schema: SchemaKind::parse(Some("JSON"), r#"{"required": ["amount"]}"#).unwrap(),
+        url: "http://r".into(),
+    });
+    m.learn_subject("com.acme.payment.made", &schema);
+    let r = m.map(&event("payment.made")).unwrap();
+    assert_eq!(&r.topic[..], "payments");
+    assert_eq!(
+        r.value.as_deref().map(|v| &v[..5]),
+        Some(&[0, 0, 0, 0, 77][..])
+    );
+    // Another event type is another subject.
+    assert!(matches!(
+        m.map(&event("payment.refunded")),
+        Err(MappingError::SchemaSubjectUnchecked { subject, .. }) if subject == "com.acme.payment.refunded"
+    ));
+    // An Avro schema under the subject does not serve json-schema.
+    let avro = Arc::new(RegisteredSchema {
+        id: 78,
+        subject: "com.acme.payment.refunded".into(),
+        version: 1,
+        schema: SchemaKind::parse(None, r#""long""#).unwrap(),
+        url: "http://r".into(),
+    });
+    m.learn_subject("com.acme.payment.refunded", &avro);
+    let e = m.map(&event("payment.refunded")).unwrap_err().to_string();
+    assert!(e.contains("its schema type is AVRO"), "{e}");
 }

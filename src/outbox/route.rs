@@ -110,6 +110,27 @@ impl Router {
         topics.intern(scratch).map_err(|r| invalid(scratch, r))
     }
 
+    /// Which rule these values match: `Some(i)` for `routing.rules[i]`,
+    /// `None` for none (whatever the `topic` column says).
+    pub(super) fn rule_index(
+        &self,
+        f: &Fields<'_>,
+        event_type: Option<&Bytes>,
+        aggregate_type: Option<&Bytes>,
+    ) -> Result<Option<usize>, MappingError> {
+        if self.rules.is_empty() {
+            return Ok(None);
+        }
+        let et = rule_text(f, event_type, self.event_type, EVENT_TYPE_SETTING)?;
+        let at = rule_text(
+            f,
+            aggregate_type,
+            self.aggregate_type,
+            AGGREGATE_TYPE_SETTING,
+        )?;
+        Ok(self.rules.iter().position(|(r, _)| r.matches(et, at)))
+    }
+
     fn template_for(
         &self,
         f: &Fields<'_>,

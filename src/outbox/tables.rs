@@ -9,11 +9,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::config::OutboxTable;
-use crate::outbox::avro::{RegisteredSchema, SchemaSet};
 use crate::outbox::error::{MappingConfigError, MappingError};
 use crate::outbox::event::{EventKind, OutboxEvent};
 use crate::outbox::mapper::RecordMapper;
 use crate::outbox::record::KafkaRecord;
+use crate::outbox::registered::{RegisteredSchema, SchemaSet};
 
 #[derive(Debug)]
 struct Entry {
@@ -100,6 +100,22 @@ impl TableMappers {
             changed |= e.mapper.use_latest(schema);
         }
         changed
+    }
+
+    /// Notes that the registry has a schema with `id` (every table: the
+    /// registry's ids are global).
+    pub(crate) fn learn_schema_id(&mut self, id: u32) {
+        for e in &mut self.entries {
+            e.mapper.learn_schema_id(id);
+        }
+    }
+
+    /// Remembers `schema` as `subject`'s, for every table (one registry
+    /// serves them all).
+    pub(crate) fn learn_subject(&mut self, subject: &str, schema: &Arc<RegisteredSchema>) {
+        for e in &mut self.entries {
+            e.mapper.learn_subject(subject, schema);
+        }
     }
 
     pub(crate) fn key_and_id(&self, event: &OutboxEvent) -> (Option<Bytes>, Option<Bytes>) {

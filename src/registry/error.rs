@@ -21,8 +21,9 @@ pub enum RegistryError {
     #[error(
         "subject `{subject}` does not exist in the schema registry at {url} (routing.subject); \
          register its schema first, e.g.: curl -X POST -H 'Content-Type: \
-         application/vnd.schemaregistry.v1+json' --data '{{\"schema\": \"<the Avro schema as \
-         an escaped JSON string>\"}}' {url}/subjects/{subject}/versions"
+         application/vnd.schemaregistry.v1+json' --data '{{\"schema\": \"<the schema as an \
+         escaped JSON string>\"}}' {url}/subjects/{subject}/versions (for a JSON Schema, add \
+         \"schemaType\": \"JSON\" beside \"schema\"; Avro is the default)"
     )]
     SubjectNotFound { url: String, subject: String },
     #[error(

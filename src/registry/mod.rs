@@ -11,7 +11,7 @@ mod error;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use hyper::StatusCode;
@@ -21,7 +21,8 @@ use serde::Deserialize;
 use crate::config::value_format::SchemaVersion;
 use crate::config::{OutboxTable, SchemaRegistryConfig};
 use crate::metrics::{SCHEMA_CACHE_ENTRIES, SCHEMA_REGISTRY_REQUESTS};
-use crate::outbox::avro::{avro_subjects, AvroSchema, RegisteredSchema, SchemaSet};
+use crate::outbox::registered::{RegisteredSchema, SchemaKind, SchemaSet};
+use crate::outbox::registry_subjects;
 
 pub use error::RegistryError;
 
@@ -43,7 +44,7 @@ struct SubjectVersion {
     version: u32,
     id: u32,
     schema: String,
-    /// Absent for Avro (the registries' default).
+    /// Absent for Avro (the registries' default); `JSON` for JSON Schema.
     #[serde(rename = "schemaType")]
     schema_type: Option<String>,
 }
@@ -53,6 +54,9 @@ pub struct SchemaRegistry {
     http: client::HttpClient,
     by_id: HashMap<u32, Arc<RegisteredSchema>>,
     by_version: HashMap<(String, u32), Arc<RegisteredSchema>>,
+    /// Ids found by [`has_schema_id`](Self::has_schema_id) (their schemas
+    /// are not parsed: a framed payload is sent as it is).
+    ids_seen: HashSet<u32>,
 }
 
 impl SchemaRegistry {
@@ -61,6 +65,7 @@ impl SchemaRegistry {
             http: client::HttpClient::new(config)?,
             by_id: HashMap::new(),
             by_version: HashMap::new(),
+            ids_seen: HashSet::new(),
         })
     }
 
@@ -143,21 +148,17 @@ impl SchemaRegistry {
             id: found.id,
             reason,
         };
-        if let Some(t) = found.schema_type.as_deref().filter(|t| *t != "AVRO") {
-            return Err(bad(format!(
-                "is a {t} schema, and routing.value_format = \"avro\" needs an AVRO one"
-            )));
-        }
         let schema = match self.by_id.get(&found.id) {
             Some(s) if s.subject == found.subject && s.version == found.version => s.clone(),
             _ => {
-                let avro = AvroSchema::parse(&found.schema)
-                    .map_err(|e| bad(format!("the schema does not parse: {e}")))?;
+                let schema =
+                    SchemaKind::parse(found.schema_type.as_deref(), &found.schema).map_err(bad)?;
                 Arc::new(RegisteredSchema {
                     id: found.id,
                     subject: found.subject.clone(),
                     version: found.version,
-                    avro,
+                    schema,
+                    url: answer.url.trim_end_matches('/').to_owned(),
                 })
             }
         };
@@ -221,6 +222,52 @@ impl SchemaRegistry {
         }
     }
 
+    /// Whether the registry has a schema with `id` (`GET /schemas/ids/{id}`),
+    /// for framed payloads: `Ok(Err(url))` when the registry at `url`
+    /// answered it has none. An id found once costs no more requests.
+    pub(crate) async fn has_schema_id(
+        &mut self,
+        id: u32,
+    ) -> Result<Result<(), String>, RegistryError> {
+        if self.by_id.contains_key(&id) || self.ids_seen.contains(&id) {
+            return Ok(Ok(()));
+        }
+        let path = format!("/schemas/ids/{id}");
+        let answer = self
+            .http
+            .get(&path)
+            .await
+            .inspect_err(|_| count("unavailable"))?;
+        match answer.status {
+            StatusCode::OK => {
+                count("ok");
+                self.ids_seen.insert(id);
+                Ok(Ok(()))
+            }
+            StatusCode::NOT_FOUND => {
+                count("not_found");
+                Ok(Err(answer.url.trim_end_matches('/').to_owned()))
+            }
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                count("unauthorized");
+                Err(RegistryError::Unauthorized {
+                    url: answer.url,
+                    status: answer.status,
+                })
+            }
+            status => {
+                count("error");
+                Err(RegistryError::Unexpected {
+                    url: answer.url,
+                    what: format!("GET {path}"),
+                    status,
+                    body: String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+                        .into_owned(),
+                })
+            }
+        }
+    }
+
     /// The schemas every table's routing names, fetched now (for the relay's
     /// start); empty when no table uses a registry value format.
     pub(crate) async fn schemas_for(
@@ -229,7 +276,7 @@ impl SchemaRegistry {
     ) -> Result<SchemaSet, RegistryError> {
         let mut set = SchemaSet::new();
         for t in tables {
-            for subject in avro_subjects(&t.routing) {
+            for subject in registry_subjects(&t.routing, &t.columns) {
                 if let std::collections::hash_map::Entry::Vacant(slot) = set.entry(subject) {
                     let schema = self.resolve(slot.key(), t.routing.schema_version).await?;
                     tracing::info!(
@@ -252,7 +299,7 @@ pub(crate) fn latest_subjects(tables: &[OutboxTable]) -> Vec<String> {
     let mut subjects: Vec<String> = tables
         .iter()
         .filter(|t| t.routing.schema_version == SchemaVersion::Latest)
-        .flat_map(|t| avro_subjects(&t.routing))
+        .flat_map(|t| registry_subjects(&t.routing, &t.columns))
         .collect();
     subjects.sort();
     subjects.dedup();

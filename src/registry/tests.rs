@@ -130,7 +130,7 @@ async fn answers_become_errors_that_name_the_setting() {
 
     let r = scripted(
         200,
-        r#"{"subject":"s","version":1,"id":3,"schema":"{}","schemaType":"JSON"}"#,
+        r#"{"subject":"s","version":1,"id":3,"schema":"syntax = \"proto3\";","schemaType":"PROTOBUF"}"#,
     )
     .await;
     let e = SchemaRegistry::new(&config(&r.url))
@@ -138,7 +138,7 @@ async fn answers_become_errors_that_name_the_setting() {
         .resolve("s", SchemaVersion::Latest)
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("is a JSON schema"), "{e}");
+    assert!(e.to_string().contains("is a PROTOBUF schema"), "{e}");
 }
 
 #[tokio::test]
@@ -209,4 +209,25 @@ async fn the_cache_gauge_and_latest_always_asks() {
     // `latest` may have moved: asked each time, cached once by id.
     assert_eq!(r.count.load(Ordering::SeqCst), 3);
     assert_eq!(reg.cached(), 1);
+}
+
+#[tokio::test]
+async fn a_schema_id_found_once_costs_no_more_requests() {
+    let r = scripted(200, r#"{"schema":"\"long\""}"#).await;
+    let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
+    assert_eq!(reg.has_schema_id(7).await.unwrap(), Ok(()));
+    assert_eq!(reg.has_schema_id(7).await.unwrap(), Ok(()));
+    assert_eq!(r.count.load(Ordering::SeqCst), 1);
+    assert!(r.requests.lock().unwrap()[0].starts_with("GET /apis/ccompat/v7/schemas/ids/7 "));
+
+    let r = scripted(404, r#"{"error_code":40403,"message":"Schema not found"}"#).await;
+    let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
+    assert_eq!(reg.has_schema_id(8).await.unwrap(), Err(r.url.clone()));
+    let r = scripted(401, "{}").await;
+    let e = SchemaRegistry::new(&config(&r.url))
+        .unwrap()
+        .has_schema_id(8)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("schema_registry.password"), "{e}");
 }

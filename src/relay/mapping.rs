@@ -1,27 +1,37 @@
-//! The relay's mapper: the tables' mappers (pure, see `outbox`) with their
-//! schemas kept current while the relay runs.
+//! The relay's mapper: the tables' mappers (pure, see `outbox`) with the
+//! registry behind them, the one place the relay asks it while running.
 //!
+//! - A schema the mappers have not met (the id a `framed` payload names, or
+//!   a subject that varies per event, `routing.subject =
+//!   "com.acme.${event_type}"`): the mapper says what it lacks
+//!   (`MappingError::SchemaIdUnchecked`, `SchemaSubjectUnchecked`), this
+//!   asks the registry once, tells the mappers, and maps the event again.
+//!   Each id or subject is asked once, so in steady state no event costs a
+//!   request.
 //! - Between events it takes the newer `latest` versions the refresh task
 //!   found (see `schemas::Refresh`): a version registered while the relay
 //!   runs encodes the events read from then on.
 //! - A payload that does not fit a `latest` subject's schema makes it read
 //!   the subject's latest version once more; a newer one gets its chance
 //!   before the row is given up on (`relay.on_error`).
-//! - When that read finds the registry unreachable, the event is not
-//!   mapped at all: the caller ends the session and resumes from the slot
-//!   after the backoff, so nothing past the event is confirmed.
+//! - When the registry cannot be reached for any of these, the event is
+//!   not mapped at all: the caller ends the session (`Reconnect::registry`,
+//!   `/readyz` naming the registry) and resumes from the slot after the
+//!   backoff, so nothing past the event is confirmed. One way to wait for
+//!   the registry, shared with every other outage, rather than a retry
+//!   loop inside the session.
 
-use std::collections::HashSet;
 use std::ops::Deref;
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::schemas::{Fetched, LatestSchemas, Refresh, SharedRegistry};
+use super::schemas::{Fetched, LatestSchemas, LatestSubjects, Refresh, SharedRegistry};
 use super::settings::RelaySettings;
 use crate::config::value_format::SchemaVersion;
 use crate::metrics::{Health, ENCODE_FAILURES};
 use crate::outbox::mapper::{MappingConfigError, MappingError};
+use crate::outbox::registered::RegisteredSchema;
 use crate::outbox::{KafkaRecord, OutboxEvent, TableMappers};
 use crate::registry::{latest_subjects, RegistryError};
 
@@ -35,8 +45,9 @@ pub(crate) struct RelayMapper {
 /// format.
 pub(super) struct LiveSchemas {
     pub(super) registry: SharedRegistry,
-    /// The subjects that follow `latest` (a pinned one is never re-read).
-    pub(super) latest: HashSet<String>,
+    /// The subjects that follow `latest` (a pinned one is never re-read),
+    /// shared with the refresh task.
+    pub(super) latest: LatestSubjects,
     pub(super) updates: watch::Receiver<LatestSchemas>,
     pub(super) health: Arc<Health>,
 }
@@ -54,10 +65,13 @@ impl RelayMapper {
             return Ok((RelayMapper::new(mappers, None), Refresh::none()));
         };
         let (found, updates) = watch::channel(Vec::new());
-        let refresh = Refresh::start(settings, &registry, found);
+        let latest: LatestSubjects = Arc::new(std::sync::Mutex::new(
+            latest_subjects(&tables).into_iter().collect(),
+        ));
+        let refresh = Refresh::start(settings, &registry, &latest, found);
         let live = LiveSchemas {
             registry,
-            latest: latest_subjects(&tables).into_iter().collect(),
+            latest,
             updates,
             health: settings.health.clone(),
         };
@@ -76,15 +90,24 @@ impl RelayMapper {
         event: &OutboxEvent,
     ) -> Result<Result<KafkaRecord, MappingError>, RegistryError> {
         let Some(live) = &mut self.live else {
-            return Ok(self.tables.map(event));
+            return Ok(self.tables.map(event).map_err(|e| match e {
+                MappingError::SchemaIdUnchecked { event_id, .. }
+                | MappingError::SchemaSubjectUnchecked { event_id, .. } => {
+                    MappingError::SchemaUnavailable {
+                        event_id,
+                        reason: "no schema registry to ask".into(),
+                    }
+                }
+                other => other,
+            }));
         };
         live.take_updates(&mut self.tables);
-        let mut mapped = self.tables.map(event);
+        let mut mapped = live.map_learning(&mut self.tables, event).await?;
         if let Err(MappingError::SchemaMismatch {
             subject, schema_id, ..
         }) = &mapped
         {
-            if live.latest.contains(subject) {
+            if live.follows_latest(subject) {
                 let (subject, old) = (subject.clone(), *schema_id);
                 let newest = live.read_latest(&subject).await?;
                 if newest.id != old && self.tables.use_latest(&newest) {
@@ -99,12 +122,31 @@ impl RelayMapper {
                 }
             }
         }
-        if let Err(MappingError::SchemaMismatch { subject, kind, .. }) = &mapped {
-            metrics::counter!(ENCODE_FAILURES, "subject" => subject.clone(), "reason" => *kind)
-                .increment(1);
+        if let Err(e) = &mapped {
+            count_encode_failure(e);
         }
         Ok(mapped)
     }
+}
+
+/// Counts a payload its value format refuses: one that does not fit its
+/// subject's schema (`avro`, `json-schema`), or a `framed` payload that is
+/// no frame or names an id the registry does not have (no subject there:
+/// the payload names its schema itself).
+fn count_encode_failure(e: &MappingError) {
+    let (subject, reason) = match e {
+        MappingError::SchemaMismatch { subject, kind, .. } => (subject.clone(), *kind),
+        MappingError::NotFramed { .. } => (String::new(), "not_framed"),
+        MappingError::UnknownSchemaId { .. } => (String::new(), "unknown_schema_id"),
+        _ => return,
+    };
+    metrics::counter!(ENCODE_FAILURES, "subject" => subject, "reason" => reason).increment(1);
+}
+
+/// What a mapper lacks, asked of the registry.
+enum Need {
+    Id(u32),
+    Subject(String, SchemaVersion),
 }
 
 impl LiveSchemas {
@@ -127,18 +169,90 @@ impl LiveSchemas {
         }
     }
 
-    /// The subject's latest version, asked now; an outage is told to the
-    /// health endpoint.
-    async fn read_latest(
+    fn follows_latest(&self, subject: &str) -> bool {
+        self.latest
+            .lock()
+            .expect("no panic while holding the subjects")
+            .contains(subject)
+    }
+
+    /// Maps the event, asking the registry first about each schema id or
+    /// subject the mappers meet for the first time.
+    async fn map_learning(
         &mut self,
-        subject: &str,
-    ) -> Result<Arc<crate::outbox::avro::RegisteredSchema>, RegistryError> {
+        tables: &mut TableMappers,
+        event: &OutboxEvent,
+    ) -> Result<Result<KafkaRecord, MappingError>, RegistryError> {
+        loop {
+            let (event_id, need) = match tables.map(event) {
+                Err(MappingError::SchemaIdUnchecked { event_id, id }) => (event_id, Need::Id(id)),
+                Err(MappingError::SchemaSubjectUnchecked {
+                    event_id,
+                    subject,
+                    version,
+                }) => (event_id, Need::Subject(subject, version)),
+                other => return Ok(other),
+            };
+            match need {
+                Need::Id(id) => {
+                    match self.told(self.registry.lock().await.has_schema_id(id).await)? {
+                        Ok(()) => tables.learn_schema_id(id),
+                        Err(url) => {
+                            return Ok(Err(MappingError::UnknownSchemaId { event_id, id, url }))
+                        }
+                    }
+                }
+                Need::Subject(subject, version) => {
+                    let answer =
+                        self.told(self.registry.lock().await.resolve(&subject, version).await);
+                    let schema = match answer {
+                        Ok(schema) => schema,
+                        // The subject's own faults are the event's (it
+                        // follows `relay.on_error`); the others the relay's.
+                        Err(
+                            e @ (RegistryError::SubjectNotFound { .. }
+                            | RegistryError::VersionNotFound { .. }
+                            | RegistryError::BadSchema { .. }),
+                        ) => {
+                            return Ok(Err(MappingError::SchemaUnavailable {
+                                event_id,
+                                reason: e.to_string(),
+                            }))
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    tracing::info!(
+                        %subject,
+                        version = schema.version,
+                        schema_id = schema.id,
+                        "schema from the registry"
+                    );
+                    if version == SchemaVersion::Latest {
+                        self.latest
+                            .lock()
+                            .expect("no panic while holding the subjects")
+                            .insert(subject.clone());
+                    }
+                    tables.learn_subject(&subject, &schema);
+                }
+            }
+        }
+    }
+
+    /// The subject's latest version, asked now.
+    async fn read_latest(&mut self, subject: &str) -> Result<Arc<RegisteredSchema>, RegistryError> {
         let answer = self
             .registry
             .lock()
             .await
             .resolve(subject, SchemaVersion::Latest)
             .await;
+        self.told(answer)
+    }
+
+    /// A registry answer, after telling the health endpoint of an outage or
+    /// its end.
+    fn told<T>(&self, answer: Result<T, RegistryError>) -> Result<T, RegistryError> {
         match &answer {
             Ok(_) => self.health.registry_up(),
             Err(e) if e.is_retryable() => self.health.registry_down(&e.to_string()),

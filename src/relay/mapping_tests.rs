@@ -3,7 +3,7 @@
 //! on; an unreachable registry leaves the event unmapped (for the caller to
 //! retry) and `/readyz` naming the registry.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use super::*;
 use crate::config::Config;
+use crate::outbox::registered::SchemaSet;
 use crate::outbox::EventKind;
 use crate::registry::SchemaRegistry;
 use crate::Lsn;
@@ -92,7 +93,7 @@ async fn a_misfit_reads_latest_once_and_an_outage_leaves_the_event_unmapped() {
         TableMappers::with_schemas(&tables, &schemas).unwrap(),
         Some(LiveSchemas {
             registry: Arc::new(tokio::sync::Mutex::new(registry)),
-            latest: HashSet::from(["orders-value".to_owned()]),
+            latest: Arc::new(Mutex::new(BTreeSet::from(["orders-value".to_owned()]))),
             updates,
             health: health.clone(),
         }),
@@ -140,4 +141,83 @@ async fn a_misfit_reads_latest_once_and_an_outage_leaves_the_event_unmapped() {
         .unwrap()
         .is_err());
     health.readiness().unwrap();
+}
+
+/// Version 1 (id `id`) of `subject`: `n` a long.
+fn subject_version(subject: &str, id: u32) -> (u16, String) {
+    let schema = serde_json::json!({"type": "record", "name": "O", "fields": [
+        {"name": "n", "type": "long"}
+    ]});
+    let body = serde_json::json!({
+        "subject": subject, "version": 1, "id": id, "schema": schema.to_string()
+    });
+    (200, body.to_string())
+}
+
+#[tokio::test]
+async fn a_per_event_subject_is_asked_once_and_an_outage_leaves_the_event_unmapped() {
+    let answer: Answer = Arc::new(Mutex::new((503, "down".into())));
+    let url = registry(answer.clone()).await;
+    let config = Config::from_toml_str(&format!(
+        "[postgres]\nurl = \"postgresql://u@127.0.0.1/app\"\n\
+         [routing]\ntopic = \"orders\"\nvalue_format = \"avro\"\n\
+         subject = \"com.acme.${{event_type}}\"\n\
+         [schema_registry]\nurl = \"{url}\"\nrequest_timeout = \"1s\"\n"
+    ))
+    .unwrap();
+    let tables = config.tables();
+    let registry = SchemaRegistry::new(&config.schema_registry).unwrap();
+    let health = Arc::new(Health::new(&config));
+    health.postgres_up();
+    health.kafka_up();
+    let (_found, updates) = watch::channel(Vec::new());
+    let latest: LatestSubjects = Arc::new(Mutex::new(BTreeSet::new()));
+    let mut mapper = RelayMapper::new(
+        TableMappers::with_schemas(&tables, &SchemaSet::new()).unwrap(),
+        Some(LiveSchemas {
+            registry: Arc::new(tokio::sync::Mutex::new(registry)),
+            latest: latest.clone(),
+            updates,
+            health: health.clone(),
+        }),
+    );
+
+    // The subject is met first while the registry is down: not mapped, not
+    // given up on, and /readyz names the registry.
+    let waiting = mapper.map(&event(r#"{"n": 1}"#)).await.unwrap_err();
+    assert!(waiting.is_retryable(), "{waiting}");
+    let reason = health.readiness().unwrap_err();
+    assert!(
+        reason.starts_with("schema registry unavailable"),
+        "{reason}"
+    );
+
+    // Back: fetched once, then the event's subject is a lookup (a registry
+    // down again does not matter), and it follows `latest` from then on.
+    *answer.lock().unwrap() = subject_version("com.acme.placed", 4);
+    let first = mapper.map(&event(r#"{"n": 1}"#)).await.unwrap().unwrap();
+    assert_eq!(schema_id(&first), 4);
+    health.readiness().unwrap();
+    assert!(latest.lock().unwrap().contains("com.acme.placed"));
+    *answer.lock().unwrap() = (503, "down".into());
+    let second = mapper.map(&event(r#"{"n": 2}"#)).await.unwrap().unwrap();
+    assert_eq!(schema_id(&second), 4);
+
+    // A subject the registry does not have is the event's fault: it
+    // follows `relay.on_error`.
+    *answer.lock().unwrap() = (404, r#"{"error_code":40401,"message":"no"}"#.into());
+    let content = r#"{"id": "e2", "aggregate_id": "k", "aggregate_type": "order", "event_type": "shipped", "payload": {"n": 3}}"#;
+    let shipped = OutboxEvent {
+        kind: EventKind::Message {
+            transactional: true,
+            prefix: "outbox".into(),
+            content: Bytes::from(content),
+        },
+        ..event("{}")
+    };
+    let missing = mapper.map(&shipped).await.unwrap();
+    assert!(
+        matches!(&missing, Err(MappingError::SchemaUnavailable { reason, .. }) if reason.contains("com.acme.shipped")),
+        "{missing:?}"
+    );
 }

@@ -10,6 +10,7 @@
 //! credentials, a subject or version that does not exist, a schema that
 //! does not parse) stops the relay naming the setting.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,8 +19,8 @@ use tokio::task::JoinHandle;
 
 use crate::config::value_format::SchemaVersion;
 use crate::metrics::Health;
-use crate::outbox::avro::{RegisteredSchema, SchemaSet};
-use crate::registry::{latest_subjects, RegistryError, SchemaRegistry};
+use crate::outbox::registered::{RegisteredSchema, SchemaSet};
+use crate::registry::{RegistryError, SchemaRegistry};
 use crate::relay::settings::RelaySettings;
 
 /// The registry, shared by the refresh task and the relay's mapper (which
@@ -28,6 +29,11 @@ pub(super) type SharedRegistry = Arc<Mutex<SchemaRegistry>>;
 
 /// The newest version of each `latest` subject the refresh task has seen.
 pub(super) type LatestSchemas = Vec<Arc<RegisteredSchema>>;
+
+/// The subjects that follow `latest`: those fetched at start, and those
+/// the relay's mapper meets first at run time (a per-event subject), so the
+/// refresh task reads them all.
+pub(super) type LatestSubjects = Arc<std::sync::Mutex<BTreeSet<String>>>;
 
 /// What the relay starts with.
 pub(super) struct Fetched {
@@ -43,10 +49,7 @@ pub(super) async fn fetch(
     stop: &watch::Receiver<bool>,
 ) -> Result<Option<Fetched>, RegistryError> {
     let tables = settings.config.tables();
-    if !tables
-        .iter()
-        .any(|t| t.routing.value_format.uses_registry())
-    {
+    if !tables.iter().any(|t| t.routing.uses_registry()) {
         return Ok(Some(Fetched {
             schemas: SchemaSet::new(),
             registry: None,
@@ -90,22 +93,25 @@ impl Refresh {
         Refresh { task: None }
     }
 
-    /// Starts reading the `latest` subjects of `settings`' tables every
-    /// `schema_registry.refresh_interval` (none: no task), telling what it
-    /// finds on `found`.
+    /// Starts reading the `latest` subjects every
+    /// `schema_registry.refresh_interval` (none: no task, nor when no table
+    /// follows `latest`), telling what it finds on `found`.
     pub(super) fn start(
         settings: &RelaySettings,
         registry: &SharedRegistry,
+        subjects: &LatestSubjects,
         found: watch::Sender<LatestSchemas>,
     ) -> Refresh {
         let every = settings.config.schema_registry.refresh_interval;
-        let subjects = latest_subjects(&settings.config.tables());
-        if every.is_zero() || subjects.is_empty() {
+        let follows_latest = settings.config.tables().iter().any(|t| {
+            t.routing.uses_registry() && t.routing.schema_version == SchemaVersion::Latest
+        });
+        if every.is_zero() || !follows_latest {
             return Refresh { task: None };
         }
         let task = tokio::spawn(refresh_loop(
             registry.clone(),
-            subjects,
+            subjects.clone(),
             every,
             settings.health.clone(),
             found,
@@ -124,13 +130,19 @@ impl Drop for Refresh {
 
 async fn refresh_loop(
     registry: SharedRegistry,
-    subjects: Vec<String>,
+    subjects: LatestSubjects,
     every: Duration,
     health: Arc<Health>,
     found: watch::Sender<LatestSchemas>,
 ) {
     loop {
         tokio::time::sleep(every).await;
+        let subjects: Vec<String> = subjects
+            .lock()
+            .expect("no panic while holding the subjects")
+            .iter()
+            .cloned()
+            .collect();
         let mut newest = Vec::with_capacity(subjects.len());
         for subject in &subjects {
             let answer = registry

@@ -78,6 +78,48 @@ pub fn read_avro(registry: &str, topic: &str, records: &[Record]) -> Vec<Value> 
     run_reader("read_avro.py", &request, records.len())
 }
 
+/// What confluent-kafka's `JSONDeserializer` (no schema of its own, a
+/// fresh `SchemaRegistryClient` on `registry`: it fetches the writer schema
+/// by the frame's id and validates the value with it) makes of each
+/// record's value, in order: `{"value": …, "schema_id": n}` or
+/// `{"error": …}`.
+pub fn read_json_schema(registry: &str, topic: &str, records: &[Record]) -> Vec<Value> {
+    let request = json!({
+        "registry": registry,
+        "topic": topic,
+        "values": records.iter().map(|r| r.value.as_deref().map(hex)).collect::<Vec<_>>(),
+    });
+    run_reader("read_json_schema.py", &request, records.len())
+}
+
+/// `values` encoded by confluent-kafka's own `AvroSerializer` with `schema`
+/// (already registered under `<topic>-value`: it is looked up, not
+/// registered), framed in Confluent's wire format, as a service would write
+/// them into a bytea payload column.
+pub fn write_avro(registry: &str, topic: &str, schema: &Value, values: &[Value]) -> Vec<Vec<u8>> {
+    let request = json!({
+        "registry": registry,
+        "topic": topic,
+        "schema": schema.to_string(),
+        "values": values,
+    });
+    run_reader("write_avro.py", &request, values.len())
+        .iter()
+        .map(|v| {
+            let hex = v["framed"]
+                .as_str()
+                .unwrap_or_else(|| panic!("AvroSerializer refused a value: {v}"));
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// Longest a reader may take: a few thousand records decode in seconds.
+const READER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+
 /// Runs `tests/python/<script>` on `request` (its stdin, as JSON) and reads
 /// one JSON line per record back: there must be `records` of them.
 fn run_reader(script: &str, request: &Value, records: usize) -> Vec<Value> {
@@ -94,10 +136,23 @@ fn run_reader(script: &str, request: &Value, records: usize) -> Vec<Value> {
         .unwrap()
         .write_all(request.to_string().as_bytes())
         .unwrap();
+    // A client that never hears back from the registry (seen once on a
+    // loaded machine) would hang the test binary: it is killed instead,
+    // and the test fails naming the script.
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(READER_TIMEOUT).is_err() {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+    });
     let out = child.wait_with_output().unwrap();
+    let _ = done.send(());
+    let _ = watchdog.join();
     assert!(
         out.status.success(),
-        "{script} failed:\n{}",
+        "{script} failed ({}; killed after {READER_TIMEOUT:?} if it got no answer):\n{}",
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     let results: Vec<Value> = String::from_utf8(out.stdout)

@@ -108,6 +108,18 @@ impl Registry {
         body["id"].as_u64().expect("id") as u32
     }
 
+    /// Registers a JSON Schema (`schemaType` JSON) under `subject`; its
+    /// global id.
+    pub fn register_json_schema(&self, subject: &str, schema: &Value) -> u32 {
+        let (status, body) = self.request(
+            "POST",
+            &format!("/subjects/{subject}/versions"),
+            Some(&json!({ "schema": schema.to_string(), "schemaType": "JSON" })),
+        );
+        assert_eq!(status, 200, "registering {subject}: {body}");
+        body["id"].as_u64().expect("id") as u32
+    }
+
     /// `PUT /config/{subject}` (or the global config with `None`).
     pub fn set_compatibility(&self, subject: Option<&str>, level: &str) {
         let path = subject.map_or("/config".to_owned(), |s| format!("/config/{s}"));

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::avro::{avro_env, avro_env_at, order, order_schema};
+use super::json_schema;
 use crate::harness::http::free_port;
 use crate::harness::outboxd::bin;
 use crate::harness::registry::shared as registry;
@@ -71,6 +72,33 @@ fn row(i: usize) -> (Value, bool) {
 }
 
 #[test]
+fn check_names_a_json_schema_subject_and_sample_lists_the_row_it_rejects() {
+    let reg = registry();
+    let (e, topic) = json_schema::json_schema_env("regcheckjson", "");
+    let subject = format!("{topic}-value");
+    let id = reg.register_json_schema(&subject, &json_schema::order_schema());
+    let mut bad = json_schema::order(0, 7);
+    bad["lines"][2]["qty"] = json!(0);
+    for p in [json_schema::order(0, 5), bad, json_schema::order(0, 8)] {
+        json_schema::insert(&e, "k", &[p]);
+    }
+    let (_, text) = check(&e, &["--sample", "10"], &[]);
+    let schema = line(&text, "ok", "schema").join("\n");
+    assert!(
+        schema.contains(&format!("subject `{subject}`"))
+            && schema.contains(&format!("schema id {id}, version 1, parses (JSON schema)")),
+        "{text}"
+    );
+    let sample = line(&text, "FAIL", "sample").join("\n");
+    assert!(
+        sample.contains("the newest 3 row(s)")
+            && sample.contains("1 would fail")
+            && sample.contains("at JSON pointer \"/lines/2/qty\""),
+        "{text}"
+    );
+}
+
+#[test]
 fn check_names_the_schema_and_sample_lists_exactly_the_rows_that_cannot_be_encoded() {
     let reg = registry();
     let (e, topic) = avro_env("regcheck", reg, "");
@@ -112,7 +140,7 @@ fn check_names_the_schema_and_sample_lists_exactly_the_rows_that_cannot_be_encod
     let schema = line(&text, "ok", "schema").join("\n");
     assert!(
         schema.contains(&format!("subject `{subject}`"))
-            && schema.contains(&format!("schema id {id}, version 1, parses"))
+            && schema.contains(&format!("schema id {id}, version 1, parses (AVRO schema)"))
             && schema.contains("compatibility BACKWARD"),
         "{text}"
     );

@@ -3,4 +3,8 @@
 
 mod avro;
 mod check;
+mod cloudevents;
+mod framed;
+mod json_schema;
 mod live;
+mod subjects;

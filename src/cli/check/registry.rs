@@ -12,8 +12,9 @@ use tokio_postgres::Client;
 
 use super::line::{Line, Verdict};
 use crate::config::{Config, OutboxTable};
-use crate::outbox::avro::{avro_subjects, SchemaSet};
-use crate::outbox::{OutboxEvent, RecordMapper};
+use crate::outbox::mapper::MappingError;
+use crate::outbox::registered::SchemaSet;
+use crate::outbox::{registry_subjects, KafkaRecord, OutboxEvent, RecordMapper};
 use crate::registry::{RegistryError, SchemaRegistry};
 use crate::source::outbox_rows::{ReadOptions, RowReader};
 
@@ -21,10 +22,7 @@ use crate::source::outbox_rows::{ReadOptions, RowReader};
 /// when the registry is not usable. No lines when no table needs it.
 pub(super) async fn check(cfg: &Config) -> (Vec<Line>, Option<SchemaSet>) {
     let tables = cfg.tables();
-    if !tables
-        .iter()
-        .any(|t| t.routing.value_format.uses_registry())
-    {
+    if !tables.iter().any(|t| t.routing.uses_registry()) {
         return (Vec::new(), Some(SchemaSet::new()));
     }
     let reg = &cfg.schema_registry;
@@ -63,7 +61,7 @@ pub(super) async fn check(cfg: &Config) -> (Vec<Line>, Option<SchemaSet>) {
     let mut schemas = SchemaSet::new();
     let mut usable = true;
     for t in &tables {
-        for subject in avro_subjects(&t.routing) {
+        for subject in registry_subjects(&t.routing, &t.columns) {
             let version = t.routing.schema_version;
             let line = match registry.resolve(&subject, version).await {
                 Ok(schema) => {
@@ -79,8 +77,12 @@ pub(super) async fn check(cfg: &Config) -> (Vec<Line>, Option<SchemaSet>) {
                         "schema",
                         format!(
                             "{} -> subject `{subject}` ({}.schema_version = {version}): schema \
-                             id {}, version {}, parses; compatibility {level}",
-                            t.table, t.routing_key, schema.id, schema.version
+                             id {}, version {}, parses ({} schema); compatibility {level}",
+                            t.table,
+                            t.routing_key,
+                            schema.id,
+                            schema.version,
+                            schema.schema.type_name()
                         ),
                     );
                     schemas.insert(subject, schema);
@@ -109,19 +111,32 @@ fn unusable(e: &RegistryError) -> String {
 }
 
 /// The newest `n` rows of each table mapped and encoded with `schemas`:
-/// one line per table, listing every row that would fail.
+/// one line per table, listing every row that would fail. Subjects that
+/// vary per event and the schema ids `framed` rows name are asked of the
+/// registry as the relay would.
 pub(super) async fn sample(
     client: &Client,
-    tables: &[OutboxTable],
+    cfg: &Config,
     schemas: &SchemaSet,
     n: usize,
 ) -> Vec<Line> {
+    let tables = cfg.tables();
+    let mut registry = if tables.iter().any(|t| t.routing.uses_registry()) {
+        match SchemaRegistry::new(&cfg.schema_registry) {
+            Ok(r) => Some(r),
+            Err(e) => return vec![Line::fail("sample", e)],
+        }
+    } else {
+        None
+    };
     let mut lines = Vec::new();
-    for t in tables {
-        lines.push(match sample_table(client, t, schemas, n).await {
-            Ok(line) => line,
-            Err(e) => Line::fail("sample", format!("{}: {e}", t.table)),
-        });
+    for t in &tables {
+        lines.push(
+            match sample_table(client, t, schemas, registry.as_mut(), n).await {
+                Ok(line) => line,
+                Err(e) => Line::fail("sample", format!("{}: {e}", t.table)),
+            },
+        );
     }
     lines
 }
@@ -130,6 +145,7 @@ async fn sample_table(
     client: &Client,
     t: &OutboxTable,
     schemas: &SchemaSet,
+    mut registry: Option<&mut SchemaRegistry>,
     n: usize,
 ) -> Result<Line, String> {
     let mut mapper = RecordMapper::with_schemas(&t.columns, &t.routing, &t.ce_source(), schemas)
@@ -137,7 +153,7 @@ async fn sample_table(
     let rows = newest_rows(client, t, n).await?;
     let mut failures = Vec::new();
     for event in &rows {
-        if let Err(e) = mapper.map(event) {
+        if let Err(e) = map_asking(&mut mapper, registry.as_deref_mut(), event).await? {
             let (_, id) = mapper.key_and_id(event);
             let id = id.map_or_else(
                 || "(no id)".to_owned(),
@@ -164,6 +180,51 @@ async fn sample_table(
             ),
         )
     })
+}
+
+/// The event mapped as the relay maps it: a subject or schema id met for
+/// the first time is asked of the registry, then remembered. `Err` when the
+/// registry cannot answer.
+async fn map_asking(
+    mapper: &mut RecordMapper,
+    mut registry: Option<&mut SchemaRegistry>,
+    event: &OutboxEvent,
+) -> Result<Result<KafkaRecord, MappingError>, String> {
+    loop {
+        let mapped = mapper.map(event);
+        let Some(registry) = registry.as_deref_mut() else {
+            return Ok(mapped);
+        };
+        match mapped {
+            Err(MappingError::SchemaIdUnchecked { event_id, id }) => {
+                match registry.has_schema_id(id).await.map_err(|e| unusable(&e))? {
+                    Ok(()) => mapper.learn_schema_id(id),
+                    Err(url) => {
+                        return Ok(Err(MappingError::UnknownSchemaId { event_id, id, url }))
+                    }
+                }
+            }
+            Err(MappingError::SchemaSubjectUnchecked {
+                event_id,
+                subject,
+                version,
+            }) => match registry.resolve(&subject, version).await {
+                Ok(schema) => mapper.learn_subject(&subject, &schema),
+                Err(
+                    e @ (RegistryError::SubjectNotFound { .. }
+                    | RegistryError::VersionNotFound { .. }
+                    | RegistryError::BadSchema { .. }),
+                ) => {
+                    return Ok(Err(MappingError::SchemaUnavailable {
+                        event_id,
+                        reason: e.to_string(),
+                    }))
+                }
+                Err(e) => return Err(unusable(&e)),
+            },
+            other => return Ok(other),
+        }
+    }
 }
 
 /// The newest `n` rows, oldest first, by the time column `outboxd

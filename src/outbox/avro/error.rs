@@ -1,5 +1,5 @@
-//! Why a payload cannot be encoded with a schema: shared by the schema and
-//! the JSON to Avro mapping.
+//! Why a payload cannot be encoded with a schema: shared by the Avro schema,
+//! the JSON to Avro mapping and the JSON Schema check.
 
 use std::fmt;
 
@@ -16,6 +16,13 @@ pub(crate) enum EncodeError {
         expected: String,
         problem: String,
     },
+    /// The payload is JSON its JSON Schema rejects: at `pointer` (RFC 6901,
+    /// `""` is the payload), the keyword `keyword` fails for `reason`.
+    Invalid {
+        pointer: String,
+        keyword: String,
+        reason: String,
+    },
     /// The Avro library refused the value built for the schema (a bug here,
     /// or a schema feature the mapping does not cover).
     Encode(String),
@@ -27,6 +34,7 @@ impl EncodeError {
         match self {
             EncodeError::NotJson(_) => "not_json",
             EncodeError::Mismatch { .. } => "mismatch",
+            EncodeError::Invalid { .. } => "invalid",
             EncodeError::Encode(_) => "encode",
         }
     }
@@ -41,6 +49,14 @@ impl fmt::Display for EncodeError {
                 expected,
                 problem,
             } => write!(f, "at {path} the schema expects {expected}: {problem}"),
+            EncodeError::Invalid {
+                pointer,
+                keyword,
+                reason,
+            } => write!(
+                f,
+                "at JSON pointer \"{pointer}\" the schema's `{keyword}` keyword fails: {reason}"
+            ),
             EncodeError::Encode(reason) => write!(f, "cannot encode: {reason}"),
         }
     }

@@ -1,6 +1,5 @@
 //! The `avro` value format: a JSON payload encoded with a registered Avro
-//! schema, framed in Confluent's wire format (a zero byte, the schema id as
-//! 4 bytes big-endian, then the Avro binary datum).
+//! schema (framed in Confluent's wire format by `outbox::registered`).
 //!
 //! Pure: the schema comes in parsed (the registry client fetches it); the
 //! mapping from JSON to Avro is in `value`, and docs/schema-registry.md
@@ -11,7 +10,6 @@ mod decimal;
 mod error;
 pub(crate) mod json;
 mod logical;
-mod routes;
 mod schema;
 mod value;
 
@@ -20,5 +18,5 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use routes::{avro_subjects, AvroRoutes, SchemaSet};
-pub(crate) use schema::{AvroSchema, RegisteredSchema};
+pub(crate) use error::EncodeError;
+pub(crate) use schema::AvroSchema;

@@ -1,5 +1,4 @@
-//! A parsed Avro schema, and a schema as the registry knows it, with the
-//! encoding of a payload into a framed value.
+//! A parsed Avro schema, and the encoding of a payload with it.
 
 use std::collections::HashMap;
 
@@ -8,25 +7,12 @@ use apache_avro::schema::{Name, Namespace, Schema};
 use super::error::EncodeError;
 use super::{json, value};
 
-/// Confluent's wire format starts every framed value with this byte.
-pub(crate) const MAGIC_BYTE: u8 = 0;
-
 /// A parsed Avro schema with its named types (records, enums, fixed) by
 /// full name, so references to them can be followed.
 #[derive(Debug, Clone)]
 pub(crate) struct AvroSchema {
     pub(super) root: Schema,
     names: HashMap<Name, Schema>,
-}
-
-/// A schema as the registry knows it: what the framed value names (`id`)
-/// and what errors and logs name (`subject`, `version`).
-#[derive(Debug, Clone)]
-pub(crate) struct RegisteredSchema {
-    pub id: u32,
-    pub subject: String,
-    pub version: u32,
-    pub avro: AvroSchema,
 }
 
 impl AvroSchema {
@@ -51,17 +37,6 @@ impl AvroSchema {
             .map_err(|e| EncodeError::Encode(e.to_string()))?;
         out.extend_from_slice(&datum);
         Ok(())
-    }
-}
-
-impl RegisteredSchema {
-    /// The framed value: magic byte, schema id, datum.
-    pub(crate) fn encode_framed(&self, payload: &[u8]) -> Result<Vec<u8>, EncodeError> {
-        let mut out = Vec::with_capacity(5 + payload.len());
-        out.push(MAGIC_BYTE);
-        out.extend_from_slice(&self.id.to_be_bytes());
-        self.avro.encode(payload, &mut out)?;
-        Ok(out)
     }
 }
 

@@ -247,18 +247,6 @@ fn bytes_fixed_and_logical_types() {
 }
 
 #[test]
-fn frames_in_the_confluent_wire_format() {
-    let r = RegisteredSchema {
-        id: 0x0102_0304,
-        subject: "t-value".into(),
-        version: 1,
-        avro: schema(json!("long")),
-    };
-    // 3 as a zig-zag varint is 6.
-    assert_eq!(r.encode_framed(b"3").unwrap(), vec![0, 1, 2, 3, 4, 6]);
-}
-
-#[test]
 fn named_types_are_found_across_namespaces() {
     let s = schema(json!({"type": "record", "name": "a.Outer", "fields": [
         {"name": "x", "type": {"type": "record", "name": "Inner", "fields": [
