@@ -31,6 +31,8 @@ mod outbox_tables_tests;
 #[cfg(test)]
 mod redact_tests;
 #[cfg(test)]
+mod registry_tls_tests;
+#[cfg(test)]
 mod routing_tests;
 #[cfg(test)]
 mod tests;

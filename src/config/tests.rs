@@ -58,6 +58,8 @@ const ALL_KEYS: &[&str] = &[
     "schema_registry.username",
     "schema_registry.password",
     "schema_registry.ca_file",
+    "schema_registry.cert_file",
+    "schema_registry.key_file",
     "schema_registry.request_timeout",
     "schema_registry.refresh_interval",
     "relay.max_in_flight_events",

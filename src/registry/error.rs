@@ -13,6 +13,14 @@ pub enum RegistryError {
     /// Cannot connect, times out, or answers 5xx: worth retrying.
     #[error("the schema registry at {url} cannot be reached: {reason}")]
     Unavailable { url: String, reason: String },
+    /// TLS refused for a reason a retry does not fix; `reason` names the
+    /// settings.
+    #[error("TLS with the schema registry at {url} ({key}): {reason}")]
+    Tls {
+        url: String,
+        key: &'static str,
+        reason: String,
+    },
     #[error(
         "the schema registry at {url} refused the request ({status}): check \
          schema_registry.username and schema_registry.password"

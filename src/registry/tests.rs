@@ -210,3 +210,72 @@ async fn the_cache_gauge_and_latest_always_asks() {
     assert_eq!(r.count.load(Ordering::SeqCst), 3);
     assert_eq!(reg.cached(), 1);
 }
+
+/// The client certificate's files: each error names its key and the path,
+/// never what the key file holds.
+#[test]
+fn client_certificate_files_are_checked_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let cert = dir.path().join("client.pem");
+    std::fs::write(
+        &ca,
+        include_str!("../source/replication/channel_binding_test_cert.pem"),
+    )
+    .unwrap();
+    std::fs::write(
+        &cert,
+        include_str!("../source/replication/channel_binding_test_ed25519.pem"),
+    )
+    .unwrap();
+    let with = |cert_file: &std::path::Path, key_file: &std::path::Path| {
+        let c = SchemaRegistryConfig {
+            url: "https://127.0.0.1:1".into(),
+            ca_file: Some(ca.clone()),
+            cert_file: Some(cert_file.to_owned()),
+            key_file: Some(key_file.to_owned()),
+            ..Default::default()
+        };
+        match SchemaRegistry::new(&c) {
+            Err(RegistryError::Config { key, reason }) => (key, reason),
+            Err(e) => panic!("not a config error: {e}"),
+            Ok(_) => panic!("accepted {cert_file:?} / {key_file:?}"),
+        }
+    };
+    let missing = dir.path().join("nowhere.key");
+    let (key, reason) = with(&cert, &missing);
+    assert_eq!(key, "schema_registry.key_file");
+    assert!(reason.contains("nowhere.key"), "{reason}");
+    let (key, _) = with(&missing, &cert);
+    assert_eq!(key, "schema_registry.cert_file");
+
+    // A key that does not parse: its contents are not repeated.
+    let garbage = dir.path().join("garbage.key");
+    let secret = "U2VjcmV0S2V5TWF0ZXJpYWxOb3RUb0JlU2hvd24K";
+    std::fs::write(
+        &garbage,
+        format!("-----BEGIN PRIVATE KEY-----\n{secret}\n-----END PRIVATE KEY-----\n"),
+    )
+    .unwrap();
+    let (key, reason) = with(&cert, &garbage);
+    assert_eq!(key, "schema_registry.key_file");
+    assert!(!reason.contains(secret), "{reason}");
+
+    // A well-formed key of another certificate.
+    let other =
+        ring::signature::Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).unwrap();
+    let other_key = dir.path().join("other.key");
+    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, other.as_ref());
+    std::fs::write(
+        &other_key,
+        format!("-----BEGIN PRIVATE KEY-----\n{b64}\n-----END PRIVATE KEY-----\n"),
+    )
+    .unwrap();
+    let (key, reason) = with(&cert, &other_key);
+    assert_eq!(key, "schema_registry.key_file");
+    assert!(
+        reason.contains("does not fit schema_registry.cert_file"),
+        "{reason}"
+    );
+    assert!(!reason.contains(&b64), "{reason}");
+}

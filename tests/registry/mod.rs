@@ -4,3 +4,4 @@
 mod avro;
 mod check;
 mod live;
+mod tls;
