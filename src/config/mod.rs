@@ -6,6 +6,7 @@
 //! their documented defaults), then [`Config::validate`]. Every error names
 //! the full dotted key, or the line, and says what to change.
 
+pub(crate) mod auto_register;
 pub(crate) mod cloudevents;
 pub(crate) mod conn_params;
 pub(crate) mod env;
@@ -24,6 +25,8 @@ pub(crate) mod schema_registry;
 pub(crate) mod units;
 pub(crate) mod value_format;
 
+#[cfg(test)]
+mod auto_register_tests;
 #[cfg(test)]
 mod env_tests;
 #[cfg(test)]

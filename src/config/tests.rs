@@ -50,6 +50,8 @@ const ALL_KEYS: &[&str] = &[
     "routing.value_format",
     "routing.subject",
     "routing.schema_version",
+    "routing.auto_register",
+    "routing.schema_file",
     "routing.rules.event_type",
     "routing.rules.event_type_prefix",
     "routing.rules.aggregate_type",

@@ -108,6 +108,11 @@ impl HttpClient {
         self.request(Method::GET, path, None).await
     }
 
+    /// `POST <base>/<path>` with a JSON body, tried like [`HttpClient::get`].
+    pub(crate) async fn post(&self, path: &str, body: Bytes) -> Result<Answer, RegistryError> {
+        self.request(Method::POST, path, Some(body)).await
+    }
+
     async fn request(
         &self,
         method: Method,

@@ -49,6 +49,18 @@ pub enum RegistryError {
         id: u32,
         reason: String,
     },
+    /// `routing.auto_register`: the registry would not take the file.
+    #[error(
+        "the schema registry at {url} refused to register routing.schema_file {file} under \
+         subject `{subject}` ({status}): {body}"
+    )]
+    NotRegistered {
+        url: String,
+        subject: String,
+        file: String,
+        status: StatusCode,
+        body: String,
+    },
     #[error("the schema registry at {url} answered {status} to {what}: {body}")]
     Unexpected {
         url: String,

@@ -8,6 +8,7 @@
 
 mod client;
 mod error;
+mod register;
 #[cfg(test)]
 mod tests;
 
@@ -24,6 +25,7 @@ use crate::metrics::{SCHEMA_CACHE_ENTRIES, SCHEMA_REGISTRY_REQUESTS};
 use crate::outbox::avro::{avro_subjects, AvroSchema, RegisteredSchema, SchemaSet};
 
 pub use error::RegistryError;
+pub(crate) use register::read_schema_file;
 
 /// What a subject keeps as is in a URL path: RFC 3986's unreserved
 /// characters; anything else (`/`, `:`, spaces, ...) is percent-encoded.

@@ -279,3 +279,76 @@ fn client_certificate_files_are_checked_naming_the_key() {
     );
     assert!(!reason.contains(&b64), "{reason}");
 }
+
+/// `routing.auto_register`: the file goes as the `schema` of a POST to the
+/// subject's versions; a refusal names `routing.schema_file`.
+#[tokio::test]
+async fn registers_the_schema_file_and_names_it_when_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("o.avsc");
+    std::fs::write(
+        &file,
+        r#"{"type":"record","name":"O","fields":[{"name":"n","type":"long"}]}"#,
+    )
+    .unwrap();
+    let routing = crate::config::RoutingConfig {
+        value_format: crate::config::value_format::ValueEncoding::Avro,
+        auto_register: true,
+        schema_file: Some(file.clone()),
+        ..Default::default()
+    };
+    let schema = read_schema_file(&routing).unwrap().unwrap();
+
+    let r = scripted(200, r#"{"id":17}"#).await;
+    let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
+    assert_eq!(reg.register("orders value", &schema).await.unwrap(), 17);
+    let request = r.requests.lock().unwrap()[0].clone();
+    assert!(
+        request.starts_with("POST /apis/ccompat/v7/subjects/orders%20value/versions HTTP/1.1"),
+        "{request}"
+    );
+    assert!(
+        request.contains("application/vnd.schemaregistry.v1+json")
+            && request.contains(r#"{"schema":"{\"type\":\"record\""#),
+        "{request}"
+    );
+
+    let r = scripted(409, r#"{"error_code":409,"message":"incompatible"}"#).await;
+    let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
+    let e = reg.register("orders-value", &schema).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("routing.schema_file")
+            && text.contains("o.avsc")
+            && text.contains("incompatible")
+            && !e.is_retryable(),
+        "{text}"
+    );
+
+    // Unreadable, and not a schema: named with the key and the path.
+    for (contents, hint) in [
+        (None, "cannot be read"),
+        (Some("{\"type\": 3}"), "not an Avro schema"),
+    ] {
+        let path = dir.path().join("bad.avsc");
+        let _ = std::fs::remove_file(&path);
+        if let Some(c) = contents {
+            std::fs::write(&path, c).unwrap();
+        }
+        let routing = crate::config::RoutingConfig {
+            schema_file: Some(path),
+            ..routing.clone()
+        };
+        match read_schema_file(&routing) {
+            Err(RegistryError::Config { key, reason }) => {
+                assert_eq!(key, "routing.schema_file");
+                assert!(
+                    reason.contains("bad.avsc") && reason.contains(hint),
+                    "{reason}"
+                );
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("{hint}: accepted"),
+        }
+    }
+}
