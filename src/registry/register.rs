@@ -11,9 +11,9 @@ use percent_encoding::utf8_percent_encode;
 use serde::Deserialize;
 
 use super::{count, RegistryError, SchemaRegistry, PATH_SEGMENT};
-use crate::config::value_format::ValueEncoding;
+use crate::config::value_format::{render_fixed_subject, ValueEncoding};
 use crate::config::{OutboxTable, RoutingConfig};
-use crate::outbox::avro::{avro_subjects, AvroSchema};
+use crate::outbox::avro::AvroSchema;
 
 /// A route's schema file, read and parsed.
 pub(crate) struct SchemaFile {
@@ -125,7 +125,7 @@ impl SchemaRegistry {
             let Some(file) = read_schema_file(&t.routing)? else {
                 continue;
             };
-            for subject in avro_subjects(&t.routing) {
+            for subject in subjects(&t.routing) {
                 let id = self.register(&subject, &file).await?;
                 tracing::warn!(
                     %subject,
@@ -138,4 +138,17 @@ impl SchemaRegistry {
         }
         Ok(())
     }
+}
+
+/// The subjects a route with `auto_register` can send to: `routing.subject`
+/// for `routing.topic` and each rule's topic (config validation keeps them
+/// fixed), whatever the registry value format.
+pub(super) fn subjects(routing: &RoutingConfig) -> Vec<String> {
+    let mut subjects: Vec<String> = std::iter::once(&routing.topic)
+        .chain(routing.rules.iter().map(|r| &r.topic))
+        .map(|t| render_fixed_subject(&routing.subject, t))
+        .collect();
+    subjects.sort();
+    subjects.dedup();
+    subjects
 }

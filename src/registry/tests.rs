@@ -352,3 +352,35 @@ async fn registers_the_schema_file_and_names_it_when_refused() {
         }
     }
 }
+
+#[test]
+fn auto_register_covers_every_subject_of_the_route() {
+    let routing = crate::config::RoutingConfig {
+        topic: "orders".into(),
+        rules: vec![
+            crate::config::routing::RoutingRule {
+                event_type: Some("paid".into()),
+                topic: "payments".into(),
+                ..Default::default()
+            },
+            crate::config::routing::RoutingRule {
+                event_type: Some("refunded".into()),
+                topic: "payments".into(),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    assert_eq!(
+        register::subjects(&routing),
+        vec!["orders-value".to_owned(), "payments-value".to_owned()]
+    );
+    let fixed = crate::config::RoutingConfig {
+        subject: "com.acme.Order".into(),
+        ..routing
+    };
+    assert_eq!(
+        register::subjects(&fixed),
+        vec!["com.acme.Order".to_owned()]
+    );
+}
