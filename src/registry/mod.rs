@@ -11,6 +11,7 @@ mod error;
 mod register;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::Arc;
