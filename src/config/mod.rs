@@ -6,6 +6,7 @@
 //! their documented defaults), then [`Config::validate`]. Every error names
 //! the full dotted key, or the line, and says what to change.
 
+pub(crate) mod auto_register;
 pub(crate) mod cloudevents;
 pub(crate) mod conn_params;
 pub(crate) mod env;
@@ -25,11 +26,15 @@ pub(crate) mod units;
 pub(crate) mod value_format;
 
 #[cfg(test)]
+mod auto_register_tests;
+#[cfg(test)]
 mod env_tests;
 #[cfg(test)]
 mod outbox_tables_tests;
 #[cfg(test)]
 mod redact_tests;
+#[cfg(test)]
+mod registry_tls_tests;
 #[cfg(test)]
 mod routing_tests;
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! leaves them alone.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
@@ -43,6 +44,11 @@ pub struct RoutingConfig {
     pub subject: String,
     /// Which version of the subject encodes the values.
     pub schema_version: SchemaVersion,
+    /// Register `schema_file` under the route's subject at start
+    /// (development only).
+    pub auto_register: bool,
+    /// The local schema file `auto_register` registers.
+    pub schema_file: Option<PathBuf>,
     /// Plain outbox records or CloudEvents.
     pub format: EventFormat,
     /// What the CloudEvents formats take from the config.
@@ -66,6 +72,8 @@ impl Default for RoutingConfig {
             value_format: ValueEncoding::default(),
             subject: DEFAULT_SUBJECT.to_owned(),
             schema_version: SchemaVersion::default(),
+            auto_register: false,
+            schema_file: None,
             format: EventFormat::default(),
             cloudevents: CloudEventsConfig::default(),
             tombstone_on_empty_payload: false,
@@ -157,6 +165,7 @@ impl RoutingConfig {
         }
         self.cloudevents.validate(self.format, columns)?;
         validate_value_format(self, columns)?;
+        crate::config::auto_register::validate(self, columns)?;
         for (name, source) in &self.additional_headers {
             let key = format!("routing.additional_headers.{name}");
             if name.is_empty() {

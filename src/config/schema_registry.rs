@@ -34,6 +34,11 @@ pub struct SchemaRegistryConfig {
     /// PEM file of the CA certificates to trust for `https://` URLs; unset:
     /// the CA file must be given for https (no system store is read).
     pub ca_file: Option<PathBuf>,
+    /// PEM file of the client certificate (chain) for mutual TLS; set
+    /// together with `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM file of the client certificate's private key.
+    pub key_file: Option<PathBuf>,
     #[serde(deserialize_with = "de_duration")]
     pub request_timeout: Duration,
     /// How often subjects used at `routing.schema_version = "latest"` are
@@ -50,6 +55,8 @@ impl Default for SchemaRegistryConfig {
             username: None,
             password: None,
             ca_file: None,
+            cert_file: None,
+            key_file: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             refresh_interval: DEFAULT_REFRESH_INTERVAL,
         }
@@ -64,6 +71,10 @@ impl fmt::Debug for SchemaRegistryConfig {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("ca_file", &self.ca_file)
+            .field("cert_file", &self.cert_file)
+            // Only where the key is; the path alone says little, but a
+            // dump of the config has no reason to carry it either.
+            .field("key_file", &self.key_file.as_ref().map(|_| "***"))
             .field("request_timeout", &self.request_timeout)
             .field("refresh_interval", &self.refresh_interval)
             .finish()
@@ -132,6 +143,17 @@ impl SchemaRegistryConfig {
                     "schema_registry.username"
                 },
                 "basic auth needs both schema_registry.username and schema_registry.password",
+            ));
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err(ConfigError::invalid(
+                if self.cert_file.is_some() {
+                    "schema_registry.key_file"
+                } else {
+                    "schema_registry.cert_file"
+                },
+                "mutual TLS needs both schema_registry.cert_file (the client certificate) and \
+                 schema_registry.key_file (its private key), PEM files",
             ));
         }
         if self.request_timeout.is_zero() {

@@ -13,6 +13,14 @@ pub enum RegistryError {
     /// Cannot connect, times out, or answers 5xx: worth retrying.
     #[error("the schema registry at {url} cannot be reached: {reason}")]
     Unavailable { url: String, reason: String },
+    /// TLS refused for a reason a retry does not fix; `reason` names the
+    /// settings.
+    #[error("TLS with the schema registry at {url} ({key}): {reason}")]
+    Tls {
+        url: String,
+        key: &'static str,
+        reason: String,
+    },
     #[error(
         "the schema registry at {url} refused the request ({status}): check \
          schema_registry.username and schema_registry.password"
@@ -41,6 +49,18 @@ pub enum RegistryError {
         version: u32,
         id: u32,
         reason: String,
+    },
+    /// `routing.auto_register`: the registry would not take the file.
+    #[error(
+        "the schema registry at {url} refused to register routing.schema_file {file} under \
+         subject `{subject}` ({status}): {body}"
+    )]
+    NotRegistered {
+        url: String,
+        subject: String,
+        file: String,
+        status: StatusCode,
+        body: String,
     },
     #[error("the schema registry at {url} answered {status} to {what}: {body}")]
     Unexpected {

@@ -8,8 +8,10 @@
 
 mod client;
 mod error;
+mod register;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -25,6 +27,7 @@ use crate::outbox::registered::{RegisteredSchema, SchemaKind, SchemaSet};
 use crate::outbox::registry_subjects;
 
 pub use error::RegistryError;
+pub(crate) use register::read_schema_file;
 
 /// What a subject keeps as is in a URL path: RFC 3986's unreserved
 /// characters; anything else (`/`, `:`, spaces, ...) is percent-encoded.

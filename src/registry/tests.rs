@@ -231,3 +231,177 @@ async fn a_schema_id_found_once_costs_no_more_requests() {
         .unwrap_err();
     assert!(e.to_string().contains("schema_registry.password"), "{e}");
 }
+
+/// The client certificate's files: each error names its key and the path,
+/// never what the key file holds.
+#[test]
+fn client_certificate_files_are_checked_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let cert = dir.path().join("client.pem");
+    std::fs::write(
+        &ca,
+        include_str!("../source/replication/channel_binding_test_cert.pem"),
+    )
+    .unwrap();
+    std::fs::write(
+        &cert,
+        include_str!("../source/replication/channel_binding_test_ed25519.pem"),
+    )
+    .unwrap();
+    let with = |cert_file: &std::path::Path, key_file: &std::path::Path| {
+        let c = SchemaRegistryConfig {
+            url: "https://127.0.0.1:1".into(),
+            ca_file: Some(ca.clone()),
+            cert_file: Some(cert_file.to_owned()),
+            key_file: Some(key_file.to_owned()),
+            ..Default::default()
+        };
+        match SchemaRegistry::new(&c) {
+            Err(RegistryError::Config { key, reason }) => (key, reason),
+            Err(e) => panic!("not a config error: {e}"),
+            Ok(_) => panic!("accepted {cert_file:?} / {key_file:?}"),
+        }
+    };
+    let missing = dir.path().join("nowhere.key");
+    let (key, reason) = with(&cert, &missing);
+    assert_eq!(key, "schema_registry.key_file");
+    assert!(reason.contains("nowhere.key"), "{reason}");
+    let (key, _) = with(&missing, &cert);
+    assert_eq!(key, "schema_registry.cert_file");
+
+    // A key that does not parse: its contents are not repeated.
+    let garbage = dir.path().join("garbage.key");
+    let secret = "U2VjcmV0S2V5TWF0ZXJpYWxOb3RUb0JlU2hvd24K";
+    std::fs::write(
+        &garbage,
+        format!("-----BEGIN PRIVATE KEY-----\n{secret}\n-----END PRIVATE KEY-----\n"),
+    )
+    .unwrap();
+    let (key, reason) = with(&cert, &garbage);
+    assert_eq!(key, "schema_registry.key_file");
+    assert!(!reason.contains(secret), "{reason}");
+
+    // A well-formed key of another certificate.
+    let other =
+        ring::signature::Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).unwrap();
+    let other_key = dir.path().join("other.key");
+    let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, other.as_ref());
+    std::fs::write(
+        &other_key,
+        format!("-----BEGIN PRIVATE KEY-----\n{b64}\n-----END PRIVATE KEY-----\n"),
+    )
+    .unwrap();
+    let (key, reason) = with(&cert, &other_key);
+    assert_eq!(key, "schema_registry.key_file");
+    assert!(
+        reason.contains("does not fit schema_registry.cert_file"),
+        "{reason}"
+    );
+    assert!(!reason.contains(&b64), "{reason}");
+}
+
+/// `routing.auto_register`: the file goes as the `schema` of a POST to the
+/// subject's versions; a refusal names `routing.schema_file`.
+#[tokio::test]
+async fn registers_the_schema_file_and_names_it_when_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("o.avsc");
+    std::fs::write(
+        &file,
+        r#"{"type":"record","name":"O","fields":[{"name":"n","type":"long"}]}"#,
+    )
+    .unwrap();
+    let routing = crate::config::RoutingConfig {
+        value_format: crate::config::value_format::ValueEncoding::Avro,
+        auto_register: true,
+        schema_file: Some(file.clone()),
+        ..Default::default()
+    };
+    let schema = read_schema_file(&routing).unwrap().unwrap();
+
+    let r = scripted(200, r#"{"id":17}"#).await;
+    let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
+    assert_eq!(reg.register("orders value", &schema).await.unwrap(), 17);
+    let request = r.requests.lock().unwrap()[0].clone();
+    assert!(
+        request.starts_with("POST /apis/ccompat/v7/subjects/orders%20value/versions HTTP/1.1"),
+        "{request}"
+    );
+    assert!(
+        request.contains("application/vnd.schemaregistry.v1+json")
+            && request.contains(r#"{"schema":"{\"type\":\"record\""#),
+        "{request}"
+    );
+
+    let r = scripted(409, r#"{"error_code":409,"message":"incompatible"}"#).await;
+    let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
+    let e = reg.register("orders-value", &schema).await.unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("routing.schema_file")
+            && text.contains("o.avsc")
+            && text.contains("incompatible")
+            && !e.is_retryable(),
+        "{text}"
+    );
+
+    // Unreadable, and not a schema: named with the key and the path.
+    for (contents, hint) in [
+        (None, "cannot be read"),
+        (Some("{\"type\": 3}"), "not an Avro schema"),
+    ] {
+        let path = dir.path().join("bad.avsc");
+        let _ = std::fs::remove_file(&path);
+        if let Some(c) = contents {
+            std::fs::write(&path, c).unwrap();
+        }
+        let routing = crate::config::RoutingConfig {
+            schema_file: Some(path),
+            ..routing.clone()
+        };
+        match read_schema_file(&routing) {
+            Err(RegistryError::Config { key, reason }) => {
+                assert_eq!(key, "routing.schema_file");
+                assert!(
+                    reason.contains("bad.avsc") && reason.contains(hint),
+                    "{reason}"
+                );
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("{hint}: accepted"),
+        }
+    }
+}
+
+#[test]
+fn auto_register_covers_every_subject_of_the_route() {
+    let routing = crate::config::RoutingConfig {
+        topic: "orders".into(),
+        rules: vec![
+            crate::config::routing::RoutingRule {
+                event_type: Some("paid".into()),
+                topic: "payments".into(),
+                ..Default::default()
+            },
+            crate::config::routing::RoutingRule {
+                event_type: Some("refunded".into()),
+                topic: "payments".into(),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    assert_eq!(
+        register::subjects(&routing),
+        vec!["orders-value".to_owned(), "payments-value".to_owned()]
+    );
+    let fixed = crate::config::RoutingConfig {
+        subject: "com.acme.Order".into(),
+        ..routing
+    };
+    assert_eq!(
+        register::subjects(&fixed),
+        vec!["com.acme.Order".to_owned()]
+    );
+}

@@ -8,7 +8,9 @@
 //! backoff (nothing is read from the slot meanwhile) and makes `/readyz`
 //! 503 naming it until it answers; any other answer at start (wrong
 //! credentials, a subject or version that does not exist, a schema that
-//! does not parse) stops the relay naming the setting.
+//! does not parse) stops the relay naming the setting. Before the schemas
+//! are read, the routes with `routing.auto_register` register their
+//! `routing.schema_file` (development only).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -59,7 +61,13 @@ pub(super) async fn fetch(
     let mut registry = SchemaRegistry::new(&settings.config.schema_registry)?;
     let mut backoff = relay.reconnect_backoff_min;
     loop {
-        match registry.schemas_for(&tables).await {
+        // `routing.auto_register` first, so the subjects it creates are
+        // there to be read; asked again with the rest after an outage.
+        let fetched = match registry.auto_register(&tables).await {
+            Ok(()) => registry.schemas_for(&tables).await,
+            Err(e) => Err(e),
+        };
+        match fetched {
             Ok(schemas) => {
                 settings.health.registry_up();
                 return Ok(Some(Fetched {

@@ -14,6 +14,7 @@ pub mod proxy;
 pub mod python;
 pub mod registry;
 pub mod registry_auth;
+pub mod registry_tls;
 pub mod relay;
 pub mod standby;
 pub mod topic_reader;

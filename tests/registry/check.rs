@@ -18,7 +18,7 @@ use crate::harness::registry::shared as registry;
 use crate::harness::registry_auth::AuthGate;
 use crate::harness::relay::{edit_config, Env, Relay};
 
-fn check(e: &Env, args: &[&str], vars: &[(&str, &str)]) -> (Output, String) {
+pub(super) fn check(e: &Env, args: &[&str], vars: &[(&str, &str)]) -> (Output, String) {
     let out = Command::new(bin())
         .arg("check")
         .arg("--config")
@@ -36,7 +36,7 @@ fn check(e: &Env, args: &[&str], vars: &[(&str, &str)]) -> (Output, String) {
 }
 
 /// The check's line `name` (with the lines indented under it).
-fn line<'a>(text: &'a str, verdict: &str, name: &str) -> Vec<&'a str> {
+pub(super) fn line<'a>(text: &'a str, verdict: &str, name: &str) -> Vec<&'a str> {
     let mut found = Vec::new();
     let mut inside = false;
     for l in text.lines() {

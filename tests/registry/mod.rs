@@ -1,6 +1,7 @@
 //! The registry value formats (issue 37) against a real schema registry,
 //! PostgreSQL and Kafka.
 
+mod auto_register;
 mod avro;
 mod check;
 mod cloudevents;
@@ -8,3 +9,4 @@ mod framed;
 mod json_schema;
 mod live;
 mod subjects;
+mod tls;

@@ -15,7 +15,7 @@ use crate::config::{Config, OutboxTable};
 use crate::outbox::mapper::MappingError;
 use crate::outbox::registered::SchemaSet;
 use crate::outbox::{registry_subjects, KafkaRecord, OutboxEvent, RecordMapper};
-use crate::registry::{RegistryError, SchemaRegistry};
+use crate::registry::{read_schema_file, RegistryError, SchemaRegistry};
 use crate::source::outbox_rows::{ReadOptions, RowReader};
 
 /// The registry's lines, and the schemas fetched (for the sample); `None`
@@ -61,8 +61,28 @@ pub(super) async fn check(cfg: &Config) -> (Vec<Line>, Option<SchemaSet>) {
     let mut schemas = SchemaSet::new();
     let mut usable = true;
     for t in &tables {
+        // `routing.auto_register`: what `run` would register (nothing is
+        // registered here).
+        let file = match read_schema_file(&t.routing) {
+            Ok(f) => f,
+            Err(e) => {
+                usable = false;
+                lines.push(Line::fail("schema", format!("{}: {e}", t.table)));
+                continue;
+            }
+        };
         for subject in registry_subjects(&t.routing, &t.columns) {
             let version = t.routing.schema_version;
+            if let Some(f) = &file {
+                lines.push(Line::warn(
+                    "register",
+                    format!(
+                        "{}: `outboxd run` would register {} under subject `{subject}` at \
+                         start ({}.auto_register = true: for development only)",
+                        t.table, f.path, t.routing_key
+                    ),
+                ));
+            }
             let line = match registry.resolve(&subject, version).await {
                 Ok(schema) => {
                     let level = match registry.compatibility(Some(&subject)).await {
@@ -87,6 +107,18 @@ pub(super) async fn check(cfg: &Config) -> (Vec<Line>, Option<SchemaSet>) {
                     );
                     schemas.insert(subject, schema);
                     line
+                }
+                // Registered by `run` before it reads the subject.
+                Err(RegistryError::SubjectNotFound { .. }) if file.is_some() => {
+                    usable = false;
+                    Line::skip(
+                        "schema",
+                        &format!(
+                            "{}: subject `{subject}` does not exist yet; `outboxd run` \
+                             registers it (see register)",
+                            t.table
+                        ),
+                    )
                 }
                 Err(e) => {
                     usable = false;
