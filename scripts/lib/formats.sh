@@ -27,6 +27,7 @@ formats_registry_dir=
 formats_avro_schema='{"type":"record","name":"OrderCreated","namespace":"bench","fields":[
   {"name":"t","type":"long"},{"name":"orderId","type":"string"},{"name":"amount","type":"string"},
   {"name":"currency","type":"string"},{"name":"customer","type":"string"},{"name":"note","type":"string"}]}'
+# shellcheck disable=SC2016 # "$schema" is the JSON Schema keyword, not a variable
 formats_json_schema='{"$schema":"http://json-schema.org/draft-07/schema#","type":"object",
   "properties":{"t":{"type":"integer"},"orderId":{"type":"string","pattern":"^[0-9]{10}$"},
   "amount":{"type":"string"},"currency":{"type":"string","enum":["RUB","EUR","USD"]},
