@@ -3,6 +3,15 @@
 #
 #   scripts/bench.sh [--baseline REV] [EVENTS]   EVENTS per drain, default 200000
 #
+# With BENCH_FORMATS (e.g. "json avro json-schema") the run also drains one
+# backlog per transaction shape with this tree's outboxd in each of those value
+# formats, in rotating order round after round, every drain on its own slot,
+# against an Apicurio registry it starts (scripts/registry.sh) with the
+# payload's Avro schema and JSON Schema registered (scripts/lib/formats.sh),
+# and prints each format's drain rate, its ratio to json, peak RSS and the
+# registry requests of each drain (targets of issue 37: avro >= 0.85 x json,
+# json-schema >= 0.8 x, <= 32 MiB, a handful of requests; a miss fails the run).
+#
 # With --baseline REV (or BENCH_BASELINE) the run also drains one backlog per
 # transaction shape with REV's outboxd (A) and this tree's (B) in alternating
 # rounds, pg_recvlogical (C) after each pair, every drain on its own slot
@@ -70,6 +79,11 @@
 #   BENCH_FLOOR_SHAPES="1 10"   rows per transaction in the latency phase
 #   BENCH_FLOOR_WARMUP_S=5      seconds of an unmeasured pass of each relay before it
 #   BENCH_FLOOR_S=30            seconds of each measured pass of the latency phase
+#   BENCH_FORMATS=""            value formats to compare (json first: the ratios are
+#                               to json), e.g. "json avro json-schema"; "" skips it.
+#                               Only the formats: BENCH_FORMATS="json avro json-schema"
+#                               BENCH_SYSTEMS= BENCH_BASELINE=none BENCH_FLOOR_RATE=
+#   BENCH_FORMAT_ROUNDS="3 3"   format rounds for the 1-row and the bulk backlog
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -92,6 +106,8 @@ fi
 read -r ab_rounds_1 ab_rounds_bulk <<<"${BENCH_AB_ROUNDS:-5 3}"
 ab_max_loss=${BENCH_AB_MAX_LOSS:-0.05}
 floor_rate=${BENCH_FLOOR_RATE-1000}
+formats=${BENCH_FORMATS:-}
+read -r fmt_rounds_1 fmt_rounds_bulk <<<"${BENCH_FORMAT_ROUNDS:-3 3}"
 
 events=${1:-${BENCH_EVENTS:-200000}}
 systems=${BENCH_SYSTEMS-outboxd polling debezium recvlogical}
@@ -113,6 +129,10 @@ usage() { sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 for s in $systems; do
   [[ $s =~ ^(outboxd|polling|debezium|recvlogical)$ ]] || { echo "BENCH_SYSTEMS: unknown system $s" >&2; exit 2; }
 done
+for f in $formats; do
+  [[ $f =~ ^(json|avro|json-schema)$ ]] || { echo "BENCH_FORMATS: unknown value format $f" >&2; exit 2; }
+done
+[[ -z $formats || $formats == json* ]] || { echo "BENCH_FORMATS: json goes first (the ratios are to it)" >&2; exit 2; }
 tck=$(getconf CLK_TCK)
 
 log() { echo "== $*" >&2; }
@@ -135,6 +155,8 @@ fi
 source "$root/scripts/lib/ab.sh"
 # shellcheck source=scripts/lib/floor.sh
 source "$root/scripts/lib/floor.sh"
+# shellcheck source=scripts/lib/formats.sh
+source "$root/scripts/lib/formats.sh"
 bin=${BENCH_BIN_DIR:-${CARGO_TARGET_DIR:-$root/target}/release}
 dbz_libs=
 if [[ " $systems " == *" debezium "* ]]; then dbz_libs=$(scripts/debezium.sh fetch); fi
@@ -172,6 +194,7 @@ stop_pid() { # pid grace_s: SIGTERM, then SIGKILL after grace_s; sets $REPLY to 
 cleanup() {
   if [[ -n $consumer_pid ]]; then stop_pid "$consumer_pid" 5; fi
   if [[ -n $relay_pid ]]; then stop_pid "$relay_pid" 30; fi
+  formats_registry_stop
   servers_stop
 }
 trap cleanup EXIT
@@ -226,11 +249,13 @@ write_events() { # system db atype txn count rate
   put "$system.$atype.writer_tps" "$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$logf" | head -n1)"
 }
 
-start_consumer() { # system atype count [topic]
-  local ready=$out/$1/$2.ready
+start_consumer() { # system atype count [topic] [ts_field: "-" = the record timestamp]
+  local ready=$out/$1/$2.ready ts_field=${5:-t}
+  local -a ts=(--ts-field "$ts_field")
+  [[ $ts_field != - ]] || ts=()
   rm -f "$ready"
   "$bin/examples/bench_consume" --create-partitions "$partitions" --ready-file "$ready" --idle-timeout-s 60 \
-    --ts-field t "$KAFKA_BROKERS" "$3" "${4:-outbox.event.$2}" >"$out/$1/$2.json" 2>"$out/$1/$2.consume.log" &
+    "${ts[@]}" "$KAFKA_BROKERS" "$3" "${4:-outbox.event.$2}" >"$out/$1/$2.json" 2>"$out/$1/$2.consume.log" &
   consumer_pid=$!
   local _
   for _ in $(seq 1 300); do
@@ -431,6 +456,12 @@ if [[ -n $baseline ]]; then
   if ((ab_rounds_bulk > 0)); then ab_phase "$bulk" "$ab_rounds_bulk"; fi
 fi
 if [[ -n $floor_rate ]]; then floor_phase "$floor_rate"; fi
+if [[ -n $formats ]]; then
+  formats_registry_start
+  if ((fmt_rounds_1 > 0)); then formats_phase 1 "$fmt_rounds_1"; fi
+  if ((fmt_rounds_bulk > 0)); then formats_phase "$bulk" "$fmt_rounds_bulk"; fi
+  formats_registry_stop
+fi
 
 if [[ -n $systems ]]; then
   mkdir -p "$plot_dir"
@@ -446,6 +477,11 @@ if [[ -n $baseline ]]; then
 fi
 if [[ -n $floor_rate ]]; then
   python3 "$root/scripts/lib/latency_report.py" "$out" | tee "$out/latency.md"
+fi
+if [[ -n $formats ]]; then
+  fmt_status=0
+  python3 "$root/scripts/lib/formats_report.py" table "$out" "$tck" "$formats" | tee "$out/formats.md" || fmt_status=$?
+  ((fmt_status == 0)) || failures+=("value formats: a target missed or a drain incomplete (see $out/formats.md)")
 fi
 log "results and logs in $out"
 if ((${#failures[@]})); then
