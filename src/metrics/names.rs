@@ -121,6 +121,8 @@ pub(crate) const ENCODE_FAILURES: &str = "outboxd_value_encode_failures_total";
 /// broker refused ended it) or `stuck` (the watchdog, `kafka.stuck_after`:
 /// unacknowledged too long while every partition had a leader) (counter).
 pub(crate) const PRODUCER_REPLACEMENTS: &str = "outboxd_kafka_producer_replacements_total";
+/// The `reason` labels of [`PRODUCER_REPLACEMENTS`].
+pub(crate) const PRODUCER_REPLACEMENT_REASONS: [&str; 2] = ["refused", "stuck"];
 /// Always 1, labelled with the version (gauge).
 pub(crate) const BUILD_INFO: &str = "outboxd_build_info";
 

@@ -193,6 +193,10 @@ fn register(config: &Config, mappers: &TableMappers, dead_letter_reasons: &[&'st
     for cause in ReconnectCause::ALL {
         metrics::counter!(m::RECONNECTS, "cause" => cause.label()).increment(0);
     }
+    // Exported from the start: an alert on replacements sees 0, not nothing.
+    for reason in m::PRODUCER_REPLACEMENT_REASONS {
+        metrics::counter!(m::PRODUCER_REPLACEMENTS, "reason" => reason).increment(0);
+    }
     for outcome in crate::registry::OUTCOMES {
         metrics::counter!(m::SCHEMA_REGISTRY_REQUESTS, "outcome" => outcome).increment(0);
     }
