@@ -17,7 +17,8 @@
 //! exactly-once (at-least-once: no more than the in-flight window); the
 //! longest gap between broker appends, the longest the live consumer went
 //! without a new event, the longest commit → `read_committed` sight of one
-//! event. Over the whole run: per-key order kept, outboxd never exits. The
+//! event. Over the whole run: per-key order kept by the first copy of each
+//! event and by its last (docs/guarantees.md), outboxd never exits. The
 //! issue's bounds on the gaps and the delay (10 s through an election or
 //! a rolling restart, the session + 10 s through a kill or a cut) are
 //! checked in at-least-once; in exactly-once only with
@@ -27,9 +28,8 @@
 //! The faults that pass share one test: the cluster serves one test at a
 //! time (a fault must not meet another's relays), and each more test of
 //! the module would hold one of the suite's threads idle while it waited
-//! for its turn. The cut-off, which fails until the data-producer watchdog
-//! lands (issue 38, section 4), is a test of its own, ignored. Run them, as
-//! root, with
+//! for its turn. The cut-off, which does not yet meet its bound every time
+//! (see its test), is a test of its own, ignored. Run them, as root, with
 //! `cargo test --locked --test main relay::cluster -- --include-ignored --nocapture`.
 
 mod faults;
@@ -48,7 +48,7 @@ use crate::harness::events::now_ms;
 use crate::harness::kafka_cluster::KafkaCluster;
 use crate::harness::relay::{edit_config, env};
 use faults::Fault;
-use load::{figures, out_of_order, sighted, Figures, Load};
+use load::{figures, out_of_order, sighted, Figures, Load, OrderBy};
 use relays::{Mode, Side};
 
 /// The writers' total rate, events a second (the issue's load).
@@ -85,17 +85,20 @@ struct Phase {
     from_ms: i64,
     to_ms: i64,
     took: Duration,
-    /// Per mode: sessions resumed (each with a new producer) and Kafka
-    /// transactions aborted during the phase.
+    /// Per mode: sessions resumed (each with a new producer), Kafka
+    /// transactions aborted and producers the watchdog replaced during the
+    /// phase.
     resumed: [usize; 2],
     aborted: [usize; 2],
+    stuck: [usize; 2],
 }
 
-fn log_counts(side: &Side) -> (usize, usize) {
+fn log_counts(side: &Side) -> (usize, usize, usize) {
     let log = side.relay.log();
     (
         log.matches("resuming from the slot").count(),
         log.matches("Kafka transaction aborted").count(),
+        log.matches("the Kafka producer is stuck").count(),
     )
 }
 
@@ -114,18 +117,23 @@ async fn faults_of_a_3_broker_cluster_under_load_in_both_modes() {
     .await;
 }
 
-/// The leader of every partition of the run cut off for 60 s. Fails today:
-/// at-least-once stalls until its produce request to the cut-off leader
-/// times out (about 30 s; the bound is 19 s; 3 of 3 runs), and once a batch
-/// of later records librdkafka had sent to the new leader landed before
-/// the re-sent earlier ones ("Gap-less ordering would not be guaranteed",
-/// "Purged in flight"): per-key order by first sight broke, 2,018 records
-/// repeated. One request in flight per broker does not keep order
-/// when the partition moves to another broker. The data-producer watchdog
-/// of issue 38, section 4 should end the stall well before the timeout;
-/// whether that also keeps the order is what this test will tell.
+/// The leader of every partition of the run cut off for 60 s. With the
+/// data-producer watchdog (`kafka.stuck_after`) at-least-once replaces its
+/// producer about 12 s into the cut, but a new producer needs a producer
+/// id, and a broker that has none in hand (started, or restarted, since it
+/// last served one) asks the controller for a block of them: when the cut
+/// node was the active controller, that request waited out its 30 s
+/// timeout before going to the new one ("Coordinator load in progress" to
+/// the relay meanwhile; the blocks were granted 37 s and 57 s into the
+/// cut). At-least-once: 12.2 s, 35.8 s, 36.8 s in 3 runs (2026-12-05)
+/// against the 19 s bound, 2 producers replaced as stuck in each slow
+/// one; exactly-once 13.2-16.5 s; per-key order kept by first and last
+/// copy in all. Before the watchdog it failed 3 of 3 runs (30.6-32.2 s,
+/// librdkafka's 30 s timeouts), and once the first copies of 2,018 records
+/// came before the earlier ones librdkafka had timed out (see
+/// `load::OrderBy`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails until the data-producer watchdog (issue 38 section 4): run with -- --ignored"]
+#[ignore = "at-least-once waits past its bound for a new producer id when the cut node was the controller (2 of 3 runs): run with -- --ignored"]
 async fn the_leader_of_everything_cut_off_for_60_s_under_load_in_both_modes() {
     life("clcut", &[Fault::Cut], 0).await;
 }
@@ -215,6 +223,7 @@ async fn life(run: &str, faults: &[Fault], first_starts: usize) {
             took,
             resumed: [0, 1].map(|i| after[i].0 - before[i].0),
             aborted: [0, 1].map(|i| after[i].1 - before[i].1),
+            stuck: [0, 1].map(|i| after[i].2 - before[i].2),
         });
     }
     // Still writing, all four, through every fault: the writers' failures
@@ -251,9 +260,25 @@ async fn life(run: &str, faults: &[Fault], first_starts: usize) {
                 notable_lines(&side.relay.log(), 40)
             ));
         }
-        let unordered = out_of_order(&committed, &seen);
-        if !unordered.is_empty() {
-            failures.push(format!("{mode}: per-key order broken for {unordered:?}"));
+        // What docs/guarantees.md promises: the last copies in order, and
+        // the first copies too unless librdkafka timed a data record out
+        // (the session then ends with that cause) and went on with later
+        // ones.
+        let timed_out = side
+            .relay
+            .log()
+            .contains("delivery failed: Local: Message timed out");
+        for by in [OrderBy::FirstCopy, OrderBy::LastCopy] {
+            let unordered = out_of_order(&committed, &seen, by);
+            if unordered.is_empty() {
+                continue;
+            }
+            let what = format!("{mode}: per-key order ({by:?}) broken for {unordered:?}");
+            if by == OrderBy::FirstCopy && timed_out {
+                eprintln!("{what}, after librdkafka timed a record out (allowed)");
+            } else {
+                failures.push(what);
+            }
         }
         if side.relay.exited() {
             failures.push(format!("{mode}: outboxd exited:\n{}", side.relay.log()));
@@ -294,7 +319,7 @@ fn report(mode: Mode, phase: &Phase, i: usize, f: &Figures) {
         "CLUSTER {:?} ({}): fault took {:.1} s; {} committed at {:.0} ev/s, {} delivered, \
          {} lost, {} duplicates; longest gap between broker appends {:.1} s, without a new \
          event at the consumer {:.1} s; longest commit -> read_committed {:.1} s; relay: {} \
-         sessions resumed, {} Kafka transactions aborted",
+         sessions resumed, {} Kafka transactions aborted, {} producers replaced as stuck",
         phase.fault,
         mode.name(),
         phase.took.as_secs_f64(),
@@ -308,6 +333,7 @@ fn report(mode: Mode, phase: &Phase, i: usize, f: &Figures) {
         f.max_delay.as_secs_f64(),
         phase.resumed[i],
         phase.aborted[i],
+        phase.stuck[i],
     );
 }
 

@@ -287,32 +287,57 @@ pub(super) fn sighted(seen: &[Seen]) -> Sighted<'_> {
     Sighted { first, repeats }
 }
 
-/// Aggregates whose events were first seen out of their commit order
-/// (Kafka order within a partition is offset order; one aggregate lives in
-/// one partition), over the whole run; panics on a record nobody
-/// committed.
-pub(super) fn out_of_order(committed: &[Committed], seen: &[Seen]) -> Vec<String> {
+/// Which record of an event stands for it when order is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OrderBy {
+    /// Its first record: the order a consumer reading along sees.
+    FirstCopy,
+    /// Its last record: the order a consumer sees that lets a repeat
+    /// overwrite what it kept of an event.
+    LastCopy,
+}
+
+/// Aggregates whose events, each taken by the copy `by` names, are out of their
+/// commit order (Kafka order within a partition is offset order; one
+/// aggregate lives in one partition), over the whole run; panics on a
+/// record nobody committed.
+pub(super) fn out_of_order(committed: &[Committed], seen: &[Seen], by: OrderBy) -> Vec<String> {
     let by_id: HashMap<&str, &Committed> =
         committed.iter().map(|c| (c.sent.id.as_str(), c)).collect();
     let mut sorted: Vec<&Seen> = seen.iter().collect();
     sorted.sort_by_key(|s| (&s.topic, s.partition, s.offset));
-    let mut firsts: HashSet<&str> = HashSet::new();
-    let mut per_agg: HashMap<&str, Vec<i64>> = HashMap::new();
-    for s in sorted {
+    // In offset order: the first record of an id is its first insert, the
+    // last is its last overwrite.
+    let mut stands: HashMap<&str, (usize, &Committed)> = HashMap::new();
+    for (at, s) in sorted.iter().enumerate() {
         let c = by_id
             .get(s.id.as_str())
             .unwrap_or_else(|| panic!("event {} on {} was never committed", s.id, s.topic));
-        if firsts.insert(s.id.as_str()) {
-            per_agg
-                .entry(c.sent.agg.as_str())
-                .or_default()
-                .push(c.sent.seq);
+        match by {
+            OrderBy::FirstCopy => {
+                stands.entry(s.id.as_str()).or_insert((at, c));
+            }
+            OrderBy::LastCopy => {
+                stands.insert(s.id.as_str(), (at, c));
+            }
         }
     }
+    let mut per_agg: HashMap<&str, Vec<(usize, i64)>> = HashMap::new();
+    for (at, c) in stands.into_values() {
+        per_agg
+            .entry(c.sent.agg.as_str())
+            .or_default()
+            .push((at, c.sent.seq));
+    }
     per_agg
-        .iter()
-        .filter(|(_, seqs)| seqs.windows(2).any(|w| w[0] >= w[1]))
-        .map(|(agg, _)| agg.to_string())
+        .into_iter()
+        .filter_map(|(agg, mut events)| {
+            events.sort_unstable();
+            events
+                .windows(2)
+                .any(|w| w[0].1 >= w[1].1)
+                .then(|| agg.to_string())
+        })
         .collect()
 }
 
@@ -358,4 +383,48 @@ pub(super) fn figures(
         max_delay: Duration::from_millis(max_delay.max(0) as u64),
         rate: mine.len() as f64 / span,
     }
+}
+
+/// The order check itself, on records made up for it: a re-sent event's
+/// first copy ahead of an earlier event (what a producer that timed a
+/// record out and went on with later ones leaves) breaks the order by
+/// first copy only; a stale copy after the re-sent run breaks it by last
+/// copy only.
+#[test]
+fn order_by_first_or_last_copy() {
+    let committed: Vec<Committed> = (1..=3)
+        .map(|seq| Committed {
+            sent: Sent {
+                id: format!("e{seq}"),
+                kind: "k",
+                agg: "a".into(),
+                seq,
+                topic: "t".into(),
+                payload: String::new(),
+            },
+            at_ms: 0,
+        })
+        .collect();
+    let at = |offsets: &[(&str, i64)]| -> Vec<Seen> {
+        offsets
+            .iter()
+            .map(|&(id, offset)| Seen {
+                id: id.into(),
+                partition: 0,
+                offset,
+                topic: "t".into(),
+                seen_ms: 0,
+                appended_ms: 0,
+            })
+            .collect()
+    };
+    let check = |seen: &[Seen]| {
+        [OrderBy::FirstCopy, OrderBy::LastCopy].map(|by| out_of_order(&committed, seen, by).len())
+    };
+    let in_order = at(&[("e1", 0), ("e2", 1), ("e3", 2)]);
+    assert_eq!(check(&in_order), [0, 0]);
+    let overtaken = at(&[("e3", 0), ("e1", 1), ("e2", 2), ("e3", 3)]);
+    assert_eq!(check(&overtaken), [1, 0]);
+    let stale_last = at(&[("e1", 0), ("e2", 1), ("e3", 2), ("e1", 3)]);
+    assert_eq!(check(&stale_last), [0, 1]);
 }
