@@ -101,13 +101,6 @@ impl SchemaRegistry {
             .inspect_err(|_| count("unavailable"))?;
         match answer.status {
             StatusCode::OK => count("ok"),
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                count("unauthorized");
-                return Err(RegistryError::Unauthorized {
-                    url: answer.url,
-                    status: answer.status,
-                });
-            }
             StatusCode::NOT_FOUND => {
                 count("not_found");
                 // Confluent's error codes: 40401 subject, 40402 version.
@@ -127,16 +120,7 @@ impl SchemaRegistry {
                     },
                 });
             }
-            status => {
-                count("error");
-                return Err(RegistryError::Unexpected {
-                    url: answer.url,
-                    what: format!("GET {path}"),
-                    status,
-                    body: String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
-                        .into_owned(),
-                });
-            }
+            _ => return Err(failed(answer, format!("GET {path}"))),
         }
         let found: SubjectVersion =
             serde_json::from_slice(&answer.body).map_err(|e| RegistryError::Unexpected {
@@ -201,27 +185,11 @@ impl SchemaRegistry {
                     .or_else(|| body["compatibility"].as_str())
                     .map(str::to_owned))
             }
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                count("unauthorized");
-                Err(RegistryError::Unauthorized {
-                    url: answer.url,
-                    status: answer.status,
-                })
-            }
             StatusCode::NOT_FOUND if subject.is_some() => {
                 count("not_found");
                 Ok(None)
             }
-            status => {
-                count("error");
-                Err(RegistryError::Unexpected {
-                    url: answer.url,
-                    what: format!("GET {path}"),
-                    status,
-                    body: String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
-                        .into_owned(),
-                })
-            }
+            _ => Err(failed(answer, format!("GET {path}"))),
         }
     }
 
@@ -251,23 +219,7 @@ impl SchemaRegistry {
                 count("not_found");
                 Ok(Err(answer.url.trim_end_matches('/').to_owned()))
             }
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                count("unauthorized");
-                Err(RegistryError::Unauthorized {
-                    url: answer.url,
-                    status: answer.status,
-                })
-            }
-            status => {
-                count("error");
-                Err(RegistryError::Unexpected {
-                    url: answer.url,
-                    what: format!("GET {path}"),
-                    status,
-                    body: String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
-                        .into_owned(),
-                })
-            }
+            _ => Err(failed(answer, format!("GET {path}"))),
         }
     }
 
@@ -307,6 +259,30 @@ pub(crate) fn latest_subjects(tables: &[OutboxTable]) -> Vec<String> {
     subjects.sort();
     subjects.dedup();
     subjects
+}
+
+/// An answer that is neither what was asked for nor a "not found" the
+/// caller reads: counted, and the error that names it.
+fn failed(answer: client::Answer, what: String) -> RegistryError {
+    match answer.status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            count("unauthorized");
+            RegistryError::Unauthorized {
+                url: answer.url,
+                status: answer.status,
+            }
+        }
+        status => {
+            count("error");
+            RegistryError::Unexpected {
+                url: answer.url,
+                what,
+                status,
+                body: String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+                    .into_owned(),
+            }
+        }
+    }
 }
 
 fn count(outcome: &'static str) {
