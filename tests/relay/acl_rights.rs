@@ -288,15 +288,12 @@ impl Case {
     }
 
     /// `check` until it fails naming the removed right (the broker applies
-    /// an ACL a moment after it is created). The rights line's command
-    /// names the principal from `sasl.username`.
+    /// an ACL a moment after it is created). The grant command names the
+    /// principal from `sasl.username`.
     fn check_names_the_right(&self) {
         let (line, needle) = self.expected();
         let grantee = format!("--allow-principal {PRINCIPAL} ");
-        let mut needles = vec![needle.as_str()];
-        if line == "rights" {
-            needles.push(&grantee);
-        }
+        let needles = [needle.as_str(), &grantee];
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let out = self.check();
