@@ -8,6 +8,7 @@
 //! `skip`, so the output always has the same shape.
 
 mod columns;
+mod grantee;
 mod kafka;
 mod kafka_reach;
 mod line;
@@ -193,7 +194,11 @@ pub async fn run_sampled(path: Option<&Path>, sample: Option<usize>, out: &mut d
         .first()
         .is_some_and(|l| l.verdict == Verdict::Ok);
     for line in kafka_lines {
-        report.add(line);
+        report.add(grantee::named(
+            line,
+            cfg.kafka.brokers.as_deref(),
+            &cfg.kafka.properties,
+        ));
     }
     if cfg.relay.delivery == DeliveryMode::ExactlyOnce {
         let lines = match cfg.kafka.brokers.clone() {
@@ -204,7 +209,11 @@ pub async fn run_sampled(path: Option<&Path>, sample: Option<usize>, out: &mut d
             _ => transactions::skipped("Kafka is not usable (see kafka)"),
         };
         for line in lines {
-            report.add(line);
+            report.add(grantee::named(
+                line,
+                cfg.kafka.brokers.as_deref(),
+                &cfg.kafka.properties,
+            ));
         }
     }
     let schemas = if config_ok {

@@ -1,6 +1,8 @@
-//! Kafka ACLs for tests, on a broker started with [`AUTHORIZER`]: every
+//! Kafka ACLs for tests. On a broker started with [`AUTHORIZER`] every
 //! PLAINTEXT client is `User:ANONYMOUS`, allowed everything on a resource
-//! without ACLs, so a test denies exactly the right it takes away.
+//! without ACLs, so a test denies exactly the right it takes away; the
+//! secured broker (`kafka_secure`) allows nothing by default, and its
+//! tests grant and deny a principal of their own.
 //! rust-rdkafka wraps no ACL admin call: this calls librdkafka's CreateAcls
 //! through rdkafka's own bindings.
 
@@ -34,9 +36,24 @@ pub fn deny_anonymous(
     pattern: Pattern,
     operation: Operation,
 ) {
+    deny(bootstrap, ANONYMOUS, resource, name, pattern, operation)
+}
+
+/// Denies `principal` (`User:name`) `operation` on the resources `name`
+/// matches, through `bootstrap` (a listener whose principal may alter
+/// ACLs): the way to take away a right that another right implies, such
+/// as DESCRIBE with WRITE.
+pub fn deny(
+    bootstrap: &str,
+    principal: &str,
+    resource: Resource,
+    name: &str,
+    pattern: Pattern,
+    operation: Operation,
+) {
     create_acl(
         bootstrap,
-        ANONYMOUS,
+        principal,
         resource,
         name,
         pattern,
@@ -204,12 +221,13 @@ pub fn deny_every_group(bootstrap: &str) {
     }
 }
 
-/// Deletes the DENY of `operation` on `name` for `User:ANONYMOUS` that
-/// [`deny_anonymous`] made (the way to give back a right that another
-/// right implies, such as DESCRIBE with WRITE). Returns how many ACLs it
-/// deleted; the broker applies it a moment later.
-pub fn remove_deny_anonymous(
+/// Deletes the DENY of `operation` on `name` for `principal` that
+/// [`deny`] made (the way to give back a right that another right
+/// implies). Returns how many ACLs it deleted; the broker applies it a
+/// moment later.
+pub fn remove_deny(
     bootstrap: &str,
+    principal: &str,
     resource: Resource,
     name: &str,
     pattern: Pattern,
@@ -220,7 +238,7 @@ pub fn remove_deny_anonymous(
         .create()
         .expect("admin client");
     let name = CString::new(name).unwrap();
-    let principal = CString::new("User:ANONYMOUS").unwrap();
+    let principal = CString::new(principal).unwrap();
     let host = CString::new("*").unwrap();
     let mut errstr = [0 as c_char; 512];
     let rk = admin.inner().native_ptr();

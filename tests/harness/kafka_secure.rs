@@ -292,14 +292,7 @@ impl SecuredKafka {
         let ca = self.pki.ca();
         let mut p = vec![("ssl.ca.location", ca.display().to_string())];
         let secret = format!("${{{PASSWORD_VAR}}}");
-        let sasl = |mechanism: &str| {
-            vec![
-                ("security.protocol", "SASL_SSL".to_owned()),
-                ("sasl.mechanisms", mechanism.to_owned()),
-                ("sasl.username", mode.user().to_owned()),
-                ("sasl.password", secret.clone()),
-            ]
-        };
+        let sasl = |mechanism: &str| sasl_properties(mechanism, mode.user(), &secret);
         p.extend(match mode {
             Mode::ScramSha256 => sasl("SCRAM-SHA-256"),
             Mode::ScramSha512 => sasl("SCRAM-SHA-512"),
@@ -333,10 +326,41 @@ impl SecuredKafka {
         p.iter().map(|(k, v)| format!("{k:?} = {v:?}\n")).collect()
     }
 
+    /// Adds a SCRAM-SHA-512 user of a test module's own, with the run's
+    /// secret as password (so the ACLs the module grants and takes away
+    /// say nothing about the modes' users), and returns its
+    /// `[kafka.properties]` entries, as [`properties`](Self::properties).
+    /// Its principal is `User:<user>`; it has no right until granted.
+    pub fn add_scram_sha_512_user(&self, user: &str) -> String {
+        add_scram_user(
+            self.broker.bootstrap(),
+            user,
+            rd::rd_kafka_ScramMechanism_t::RD_KAFKA_SCRAM_MECHANISM_SHA_512,
+            &self.secret,
+        );
+        let mut p = vec![("ssl.ca.location", self.pki.ca().display().to_string())];
+        p.extend(sasl_properties(
+            "SCRAM-SHA-512",
+            user,
+            &format!("${{{PASSWORD_VAR}}}"),
+        ));
+        p.iter().map(|(k, v)| format!("{k:?} = {v:?}\n")).collect()
+    }
+
     /// The environment `outboxd` needs for `mode`'s [`properties`](Self::properties).
     pub fn env(&self) -> [(&'static str, &str); 1] {
         [(PASSWORD_VAR, self.secret())]
     }
+}
+
+/// The SASL_SSL login entries of `user` for `mechanism`.
+fn sasl_properties(mechanism: &str, user: &str, password: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("security.protocol", "SASL_SSL".to_owned()),
+        ("sasl.mechanisms", mechanism.to_owned()),
+        ("sasl.username", user.to_owned()),
+        ("sasl.password", password.to_owned()),
+    ]
 }
 
 /// What a relay may touch, and so what its principal is granted.

@@ -1,52 +1,42 @@
 //! Issue 40: every ACL of docs/operations.md's table, taken away in turn on
-//! a broker with an authoriser. For each: `outboxd check` fails naming the
+//! the secured broker (SASL_SSL, TLS from the CA made at its start,
+//! StandardAuthorizer allowing nothing by default). For each: `outboxd check` fails naming the
 //! right with the command that grants it; `run` does not deliver and says
 //! which right is missing (a halt with `/readyz` 503, or a permanent
 //! error); after the grant (the command's ACL) and a restart, every event
 //! arrives (no duplicate in exactly-once).
 //!
-//! One broker for the module (started by the first case). Each case has
-//! topics, a ledger and a transactional id of its own and grants
-//! `User:ANONYMOUS` exactly the table's rights on them but one: the
-//! authoriser denies what no ACL allows on a resource that has ACLs.
+//! The secured broker is the test binary's; the module logs in as a
+//! SCRAM-SHA-512 user of its own ([`USER`]), so its ACLs never meet those
+//! of `relay::secure`'s users. Each case has topics, a ledger and a
+//! transactional id of its own and grants [`USER`] exactly the table's
+//! rights on them but one. The harness creates the topics and reads them
+//! back as the broker's super user.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::harness::events::{payload_texts, verify_reading, write, ReadBack, Sent};
 use crate::harness::http::{free_port, get};
-use crate::harness::kafka::KafkaBroker;
-use crate::harness::kafka_acl::{
-    allow_anonymous, deny_anonymous, remove_deny_anonymous, Operation, Pattern, Resource,
-    AUTHORIZER,
-};
+use crate::harness::kafka_acl::{self, deny, remove_deny, Operation, Pattern, Resource};
+use crate::harness::kafka_secure::{secured, SecuredKafka};
 use crate::harness::relay::{edit_config, env, Env, Relay};
 
 use crate::ops::check::support::{check_with, Checked};
 
 use Operation as Op;
 
-/// The module's broker. Creating a topic rests on topic ACLs (CREATE on
-/// the cluster is denied, everything else on it allowed), so a case can
-/// take CREATE away: Kafka lets CREATE on the cluster stand for it on
-/// every topic.
-fn broker() -> &'static KafkaBroker {
-    static BROKER: OnceLock<KafkaBroker> = OnceLock::new();
-    BROKER.get_or_init(|| {
-        let broker = KafkaBroker::start_with(AUTHORIZER);
-        let (kind, name, literal) = (
-            Resource::RD_KAFKA_RESOURCE_BROKER,
-            "kafka-cluster",
-            Pattern::RD_KAFKA_RESOURCE_PATTERN_LITERAL,
-        );
-        // ALL first: once the cluster has an ACL, what none allows is
-        // denied, CreateAcls (ALTER) included.
-        let all = Op::RD_KAFKA_ACL_OPERATION_ALL;
-        allow_anonymous(broker.bootstrap(), kind, name, literal, all);
-        let create = Op::RD_KAFKA_ACL_OPERATION_CREATE;
-        deny_anonymous(broker.bootstrap(), kind, name, literal, create);
-        broker
-    })
+/// The module's SASL user, and so its principal `User:outboxd-aclrights`.
+const USER: &str = "outboxd-aclrights";
+const PRINCIPAL: &str = "User:outboxd-aclrights";
+
+/// The secured broker, with [`USER`] added on first use; and that user's
+/// `[kafka.properties]` entries (the password as `${VAR}`).
+fn kafka() -> (&'static SecuredKafka, &'static str) {
+    static LOGIN: OnceLock<String> = OnceLock::new();
+    let kafka = secured();
+    let login = LOGIN.get_or_init(|| kafka.add_scram_sha_512_user(USER));
+    (kafka, login)
 }
 
 /// A resource an ACL names: the kind, the name, literal or prefixed.
@@ -62,7 +52,8 @@ fn topic(name: &str) -> Named<'_> {
 }
 
 fn allow(on: Named<'_>, operation: Operation) {
-    allow_anonymous(broker().bootstrap(), on.0, on.1, on.2, operation);
+    let admin = kafka().0.broker.bootstrap();
+    kafka_acl::allow(admin, PRINCIPAL, on.0, on.1, on.2, operation);
 }
 
 /// The case's names: outbox topic, dead-letter topic, ledger, transactional id.
@@ -155,11 +146,13 @@ impl Case {
                 names.dlq
             ));
         }
+        let (kafka, login) = tokio::task::block_in_place(kafka);
         let extra = format!(
-            "[routing]\ntopic = \"{}\"\n{relay}[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n",
+            "[kafka.properties]\n{login}[routing]\ntopic = \"{}\"\n{relay}[metrics]\n\
+             listen = \"127.0.0.1:{metrics_port}\"\n",
             names.outbox
         );
-        let env = tokio::task::block_in_place(|| env(broker().bootstrap(), slot, &extra));
+        let env = tokio::task::block_in_place(|| env(&kafka.sasl_ssl, slot, &extra));
         edit_config(
             &env,
             "topic_partitions = 3\n",
@@ -181,8 +174,6 @@ impl Case {
 
     /// The table's rights on the case's resources, but the one removed;
     /// then the topics are made (but the one whose CREATE is removed).
-    /// The test reads back with the same principal: READ on the outbox
-    /// and dead-letter topics is the reader's, not outboxd's.
     fn grant_all_but_one(&self) {
         let n = &self.names;
         let (outbox, ledger, dlq) = (topic(&n.outbox), topic(&n.ledger), topic(&n.dlq));
@@ -190,7 +181,6 @@ impl Case {
             (outbox, Op::RD_KAFKA_ACL_OPERATION_WRITE),
             (outbox, Op::RD_KAFKA_ACL_OPERATION_DESCRIBE),
             (outbox, Op::RD_KAFKA_ACL_OPERATION_CREATE),
-            (outbox, Op::RD_KAFKA_ACL_OPERATION_READ),
             (ledger, Op::RD_KAFKA_ACL_OPERATION_READ),
             (ledger, Op::RD_KAFKA_ACL_OPERATION_WRITE),
             (ledger, Op::RD_KAFKA_ACL_OPERATION_DESCRIBE),
@@ -200,7 +190,6 @@ impl Case {
         if self.removed == Removed::DeadLetterWrite {
             grants.push((dlq, Op::RD_KAFKA_ACL_OPERATION_DESCRIBE));
             grants.push((dlq, Op::RD_KAFKA_ACL_OPERATION_CREATE));
-            grants.push((dlq, Op::RD_KAFKA_ACL_OPERATION_READ));
         }
         if self.exactly_once {
             // Prefixed, as documented: it covers `check`'s `<id>.check` too.
@@ -220,15 +209,9 @@ impl Case {
             }
             allow(named, operation);
         }
-        let b = broker();
-        // The ACLs apply a moment later: the first creation may be refused.
-        let create = |name: &str, config: &[(&str, &str)]| {
-            crate::harness::wait::wait_for(
-                &format!("CREATE on {name} to apply"),
-                Duration::from_secs(30),
-                || std::panic::catch_unwind(|| b.create_topic_with(name, 1, config)).is_ok(),
-            )
-        };
+        // As the super user: the case's rights do not come into it.
+        let b = &kafka().0.broker;
+        let create = |name: &str, config: &[(&str, &str)]| b.create_topic_with(name, 1, config);
         if self.removed != Removed::OutboxCreate {
             create(&n.outbox, &[]);
         }
@@ -237,7 +220,7 @@ impl Case {
             create(&n.dlq, &[]);
         }
         if self.removed.denied() {
-            deny_anonymous(b.bootstrap(), on.0, on.1, on.2, removed);
+            deny(b.bootstrap(), PRINCIPAL, on.0, on.1, on.2, removed);
         }
     }
 
@@ -300,22 +283,26 @@ impl Case {
     }
 
     fn check(&self) -> Checked {
-        tokio::task::block_in_place(|| check_with(Some(&self.env.config), &[]))
+        let vars = kafka().0.env();
+        tokio::task::block_in_place(|| check_with(Some(&self.env.config), &vars))
     }
 
     /// `check` until it fails naming the removed right (the broker applies
-    /// an ACL a moment after it is created).
+    /// an ACL a moment after it is created). The grant command names the
+    /// principal from `sasl.username`.
     fn check_names_the_right(&self) {
         let (line, needle) = self.expected();
+        let grantee = format!("--allow-principal {PRINCIPAL} ");
+        let needles = [needle.as_str(), &grantee];
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let out = self.check();
             let named = out
                 .lines()
                 .iter()
-                .any(|(v, n, d)| v == "FAIL" && n == line && d.contains(&needle));
+                .any(|(v, n, d)| v == "FAIL" && n == line && needles.iter().all(|x| d.contains(x)));
             if named || Instant::now() > deadline {
-                out.expect_fail(line, &[&needle]);
+                out.expect_fail(line, &needles);
                 return;
             }
             std::thread::sleep(Duration::from_secs(1));
@@ -327,7 +314,8 @@ impl Case {
     fn grant(&self) {
         let (on, operation) = self.removed_acl();
         if self.removed.denied() {
-            let deleted = remove_deny_anonymous(broker().bootstrap(), on.0, on.1, on.2, operation);
+            let admin = kafka().0.broker.bootstrap();
+            let deleted = remove_deny(admin, PRINCIPAL, on.0, on.1, on.2, operation);
             assert_eq!(deleted, 1, "the DENY to delete");
         } else {
             allow(on, operation);
@@ -345,6 +333,11 @@ impl Case {
             assert!(Instant::now() < deadline, "check still fails:\n{out}");
             std::thread::sleep(Duration::from_secs(1));
         }
+    }
+
+    /// `run`, logging in as [`USER`].
+    fn start(&self) -> Relay {
+        Relay::start_with_env(&self.env, &kafka().0.env())
     }
 
     async fn write(&self, n: usize) -> Vec<Sent> {
@@ -410,7 +403,7 @@ impl Case {
         };
         let v = tokio::task::block_in_place(|| {
             verify_reading(
-                broker(),
+                &kafka().0.broker,
                 sent,
                 &texts,
                 Duration::from_secs(60),
@@ -442,7 +435,7 @@ async fn taken_away_named_and_granted(slot: &str, removed: Removed, exactly_once
              string_agg(md5(i::text), '')) FROM generate_series(1, 48000) i",
         );
     }
-    let mut relay = Relay::start(&case.env);
+    let mut relay = case.start();
     let outcome = tokio::task::block_in_place(|| case.run_names_the_right(&mut relay));
     eprintln!("{slot}: {removed:?} taken away: run {outcome}");
     tokio::task::block_in_place(|| case.grant());
@@ -452,7 +445,7 @@ async fn taken_away_named_and_granted(slot: &str, removed: Removed, exactly_once
         Outcome::Waiting(_) => relay,
         Outcome::Halted(_) | Outcome::Stopped(_) => {
             drop(relay);
-            Relay::start(&case.env)
+            case.start()
         }
     };
     sent.extend(case.write(6).await);
@@ -460,7 +453,10 @@ async fn taken_away_named_and_granted(slot: &str, removed: Removed, exactly_once
     assert_eq!(delivered, sent.len(), "relay log:\n{}", relay.log());
     if removed == Removed::DeadLetterWrite {
         let dead = tokio::task::block_in_place(|| {
-            broker().consume_all(&case.names.dlq, 1, Duration::from_secs(30))
+            kafka()
+                .0
+                .broker
+                .consume_all(&case.names.dlq, 1, Duration::from_secs(30))
         });
         assert_eq!(dead.len(), 1, "relay log:\n{}", relay.log());
     }
@@ -518,19 +514,18 @@ async fn read_on_the_ledger() {
     let case = Case::new(slot, Removed::LedgerRead, false);
     case.check_names_the_right();
     let mut sent = case.write(12).await;
-    let first = Relay::start(&case.env);
+    let first = case.start();
     let delivered = case.verify(&sent);
     assert_eq!(delivered, sent.len(), "relay log:\n{}", first.log());
     let ledger = &case.names.ledger;
     tokio::task::block_in_place(|| {
         crate::harness::wait::wait_for("a ledger entry", Duration::from_secs(60), || {
-            // Counted, not read: this principal may not read it.
-            broker().record_count(ledger) > 0
+            kafka().0.broker.record_count(ledger) > 0
         })
     });
     drop(first);
     sent.extend(case.write(6).await);
-    let mut second = Relay::start(&case.env);
+    let mut second = case.start();
     let outcome = tokio::task::block_in_place(|| case.run_names_the_right(&mut second));
     eprintln!("{slot}: LedgerRead taken away: a later run {outcome}");
     // Refused by the authoriser: retried (`/readyz` names it meanwhile),
@@ -543,7 +538,7 @@ async fn read_on_the_ledger() {
     );
     drop(second);
     tokio::task::block_in_place(|| case.grant());
-    let relay = Relay::start(&case.env);
+    let relay = case.start();
     sent.extend(case.write(6).await);
     let delivered = case.verify(&sent);
     assert_eq!(delivered, sent.len(), "relay log:\n{}", relay.log());
