@@ -72,6 +72,18 @@ pub enum RegistryError {
 }
 
 impl RegistryError {
+    /// The subject's own fault (missing, without the version asked for, or
+    /// a schema that does not parse): the error of the event that needs it,
+    /// which follows `relay.on_error`; any other is the registry's.
+    pub(crate) fn is_subjects_fault(&self) -> bool {
+        matches!(
+            self,
+            RegistryError::SubjectNotFound { .. }
+                | RegistryError::VersionNotFound { .. }
+                | RegistryError::BadSchema { .. }
+        )
+    }
+
     /// Worth asking again later (the registry is down or overloaded).
     pub fn is_retryable(&self) -> bool {
         matches!(self, RegistryError::Unavailable { .. })

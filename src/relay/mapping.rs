@@ -209,11 +209,7 @@ impl LiveSchemas {
                         Ok(schema) => schema,
                         // The subject's own faults are the event's (it
                         // follows `relay.on_error`); the others the relay's.
-                        Err(
-                            e @ (RegistryError::SubjectNotFound { .. }
-                            | RegistryError::VersionNotFound { .. }
-                            | RegistryError::BadSchema { .. }),
-                        ) => {
+                        Err(e) if e.is_subjects_fault() => {
                             return Ok(Err(MappingError::SchemaUnavailable {
                                 event_id,
                                 reason: e.to_string(),

@@ -242,11 +242,7 @@ async fn map_asking(
                 version,
             }) => match registry.resolve(&subject, version).await {
                 Ok(schema) => mapper.learn_subject(&subject, &schema),
-                Err(
-                    e @ (RegistryError::SubjectNotFound { .. }
-                    | RegistryError::VersionNotFound { .. }
-                    | RegistryError::BadSchema { .. }),
-                ) => {
+                Err(e) if e.is_subjects_fault() => {
                     return Ok(Err(MappingError::SchemaUnavailable {
                         event_id,
                         reason: e.to_string(),
