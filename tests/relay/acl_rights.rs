@@ -94,13 +94,29 @@ enum Removed {
     OutboxDescribe,
     /// DESCRIBE on the ledger, likewise.
     LedgerDescribe,
+    /// DESCRIBE on the dead-letter topic, likewise.
+    DeadLetterDescribe,
+    /// DESCRIBE on the transactional id, likewise (exactly-once).
+    TransactionalIdDescribe,
 }
 
 impl Removed {
     /// Taken away by a DENY (another right implies it), not by leaving
     /// its ALLOW out.
     fn denied(self) -> bool {
-        matches!(self, Removed::OutboxDescribe | Removed::LedgerDescribe)
+        matches!(
+            self,
+            Removed::OutboxDescribe
+                | Removed::LedgerDescribe
+                | Removed::DeadLetterDescribe
+                | Removed::TransactionalIdDescribe
+        )
+    }
+
+    /// The case dead-letters a poison event (`relay.on_error =
+    /// "dead_letter"`), so it has a dead-letter topic.
+    fn dead_letters(self) -> bool {
+        matches!(self, Removed::DeadLetterWrite | Removed::DeadLetterDescribe)
     }
 }
 
@@ -140,7 +156,7 @@ impl Case {
         if exactly_once {
             relay.push_str("delivery = \"exactly-once\"\n");
         }
-        if removed == Removed::DeadLetterWrite {
+        if removed.dead_letters() {
             relay.push_str(&format!(
                 "on_error = \"dead_letter\"\ndead_letter_topic = \"{}\"\n",
                 names.dlq
@@ -187,7 +203,8 @@ impl Case {
             (ledger, Op::RD_KAFKA_ACL_OPERATION_DESCRIBE_CONFIGS),
             (ledger, Op::RD_KAFKA_ACL_OPERATION_CREATE),
         ];
-        if self.removed == Removed::DeadLetterWrite {
+        if self.removed.dead_letters() {
+            grants.push((dlq, Op::RD_KAFKA_ACL_OPERATION_WRITE));
             grants.push((dlq, Op::RD_KAFKA_ACL_OPERATION_DESCRIBE));
             grants.push((dlq, Op::RD_KAFKA_ACL_OPERATION_CREATE));
         }
@@ -216,7 +233,7 @@ impl Case {
             create(&n.outbox, &[]);
         }
         create(&n.ledger, &[("cleanup.policy", "compact")]);
-        if self.removed == Removed::DeadLetterWrite {
+        if self.removed.dead_letters() {
             create(&n.dlq, &[]);
         }
         if self.removed.denied() {
@@ -239,6 +256,15 @@ impl Case {
             Removed::OutboxCreate => (topic(&n.outbox), Op::RD_KAFKA_ACL_OPERATION_CREATE),
             Removed::OutboxDescribe => (topic(&n.outbox), Op::RD_KAFKA_ACL_OPERATION_DESCRIBE),
             Removed::LedgerDescribe => (topic(&n.ledger), Op::RD_KAFKA_ACL_OPERATION_DESCRIBE),
+            Removed::DeadLetterDescribe => (topic(&n.dlq), Op::RD_KAFKA_ACL_OPERATION_DESCRIBE),
+            Removed::TransactionalIdDescribe => (
+                Named(
+                    Resource::RD_KAFKA_RESOURCE_TRANSACTIONAL_ID,
+                    &n.txn,
+                    Pattern::RD_KAFKA_RESOURCE_PATTERN_PREFIXED,
+                ),
+                Op::RD_KAFKA_ACL_OPERATION_DESCRIBE,
+            ),
             Removed::TransactionalIdWrite => (
                 Named(
                     Resource::RD_KAFKA_RESOURCE_TRANSACTIONAL_ID,
@@ -278,6 +304,13 @@ impl Case {
             Removed::TransactionalIdWrite => (
                 "transactional id",
                 format!("--transactional-id '{}'", n.txn),
+            ),
+            Removed::DeadLetterDescribe => {
+                ("rights", format!("--operation Describe --topic {}", n.dlq))
+            }
+            Removed::TransactionalIdDescribe => (
+                "transactional id",
+                format!("--operation Describe --transactional-id '{}'", n.txn),
             ),
         }
     }
@@ -358,6 +391,10 @@ impl Case {
                 "--operation Describe --operation Write --topic {}",
                 self.names.ledger
             ),
+            Removed::DeadLetterDescribe => format!(
+                "--operation Describe --operation Write --topic {}",
+                self.names.dlq
+            ),
             _ => self.expected().1,
         }
     }
@@ -371,8 +408,11 @@ impl Case {
             if let Some(status) = relay.wait(Duration::from_millis(500)) {
                 let log = relay.log();
                 assert!(!status.success(), "{log}");
-                assert!(log.contains(&needle), "{needle:?} not in the log:\n{log}");
-                return Outcome::Stopped(status.to_string());
+                let said = log.lines().rev().find(|l| l.contains(&needle));
+                let Some(said) = said else {
+                    panic!("{needle:?} not in the log:\n{log}");
+                };
+                return Outcome::Stopped(format!("{status}: {}", said.trim()));
             }
             if let Some((503, body)) = get(self.metrics_port, "/readyz") {
                 if body.contains(&needle) {
@@ -425,7 +465,7 @@ async fn taken_away_named_and_granted(slot: &str, removed: Removed, exactly_once
     let case = Case::new(slot, removed, exactly_once);
     case.check_names_the_right();
     let mut sent = case.write(12).await;
-    if removed == Removed::DeadLetterWrite {
+    if removed.dead_letters() {
         // A record over the producer's message.max.bytes: poison, so its
         // copy goes to the dead-letter topic.
         case.env.pg.psql(
@@ -451,7 +491,7 @@ async fn taken_away_named_and_granted(slot: &str, removed: Removed, exactly_once
     sent.extend(case.write(6).await);
     let delivered = case.verify(&sent);
     assert_eq!(delivered, sent.len(), "relay log:\n{}", relay.log());
-    if removed == Removed::DeadLetterWrite {
+    if removed.dead_letters() {
         let dead = tokio::task::block_in_place(|| {
             kafka()
                 .0
@@ -552,4 +592,14 @@ async fn describe_on_the_outbox_topic() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn describe_on_the_ledger() {
     taken_away_named_and_granted("rights_ld", Removed::LedgerDescribe, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_on_the_dead_letter_topic() {
+    taken_away_named_and_granted("rights_dd", Removed::DeadLetterDescribe, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_on_the_transactional_id() {
+    taken_away_named_and_granted("rights_td", Removed::TransactionalIdDescribe, true).await;
 }
