@@ -412,6 +412,14 @@ impl Case {
                 let Some(said) = said else {
                     panic!("{needle:?} not in the log:\n{log}");
                 };
+                // A relay stopped for want of the dead-letter topic sent no
+                // copy there, and its log must not say it did.
+                if self.removed == Removed::DeadLetterDescribe {
+                    assert!(
+                        !log.contains("event sent to the dead-letter topic"),
+                        "{log}"
+                    );
+                }
                 return Outcome::Stopped(format!("{status}: {}", said.trim()));
             }
             if let Some((503, body)) = get(self.metrics_port, "/readyz") {

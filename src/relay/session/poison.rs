@@ -135,6 +135,9 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
                 refusal.too_large(),
             ),
         };
+        // The topic first: without it (say no DESCRIBE on it) the relay
+        // stops, and no line or count may say the copy went out.
+        self.ensure_topic(dlq).await?;
         let (reason, error) = poison.cause();
         let event = poison.event();
         self.telemetry.emit(TelemetryEvent::DeadLettered {
@@ -143,7 +146,6 @@ impl<'a, D: DeliveryMode> Session<'a, D> {
             reason,
             error,
         });
-        self.ensure_topic(dlq).await?;
         Ok(Some(match poison {
             Undeliverable::Refused { entry, .. } => entry.into_dead_letter(copy),
             Undeliverable::Unmapped {
