@@ -215,10 +215,9 @@ impl DeliveryMode for ExactlyOnce {
                 p.events, p.entry.confirmed_lsn
             ),
             None => match s.delivery.producer.open_transaction() {
-                Some((events, _)) if s.delivery.producer.flushing_since().is_some() => format!(
-                    "the flush of the open Kafka transaction ({events} event(s)) the session \
-                     waits for"
-                ),
+                Some((events, _)) if s.delivery.producer.flushing_since().is_some() => {
+                    format!("the flush of the open Kafka transaction ({events} event(s))")
+                }
                 _ => "no commit".into(),
             },
         };
@@ -227,15 +226,16 @@ impl DeliveryMode for ExactlyOnce {
         (what, topics)
     }
 
-    /// Gives the producer up with its commit (or a flush) still under way, and ends the
-    /// session to resume from the ledger: the next session's producer
-    /// fences this one as it initialises its transactions (same
+    /// Gives the producer up with its commit (or a flush) still under way,
+    /// and ends the session to resume from the ledger: the next session's
+    /// producer fences this one as it initialises its transactions (same
     /// transactional id), which ends the transaction, aborted unless the
     /// coordinator had already begun to commit it; its first commit then
     /// waits for the ledger read after the fencing, which finds a commit
     /// that landed after all and starts again from it (see
     /// `commit::fencing_checked`). Nothing of the transaction was booked as
-    /// acknowledged, so the slot stays where the last committed entry put it.
+    /// acknowledged, so the slot stays where the last committed entry put
+    /// it.
     async fn replace_stuck(s: &mut Session<'_, Self>, stuck: Stuck<'_>) -> Step {
         s.telemetry.emit(TelemetryEvent::ProducerStuck {
             age: stuck.age,

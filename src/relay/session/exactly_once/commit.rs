@@ -160,8 +160,9 @@ impl Session<'_, ExactlyOnce> {
     }
 
     /// Lets the commit under way end (or the watchdog give it up); its
-    /// outcome is booked, and a failure told (its transaction stays open: to abort, or for the next
-    /// producer with the transactional id to end).
+    /// outcome is booked, and a failure told (its transaction stays open:
+    /// to abort, or for the next producer with the transactional id to
+    /// end).
     pub(super) async fn close_commit(&mut self) {
         if !self.delivery.producer.committing() {
             return;
