@@ -14,6 +14,13 @@
 //! once the oldest record it holds (or the commit under way) is that old.
 //! Each test gives recovery twice the message timeout, so the code without
 //! the watchdog fails by the time it took, not by a timeout.
+//!
+//! Each test freezes twice, on one broker and one relay. The first time a
+//! few events fit in the producer's queue, so the relay waits in its
+//! loop's `select!`. The second time more are written than the queue holds
+//! ([`QUEUE`], below the window): the relay waits for room in it, outside
+//! the loop (at-least-once for a report, exactly-once for the flush before
+//! the commit that makes room), and the watchdog must reach it there too.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +41,13 @@ const MESSAGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// new session's start, exactly-once) and the resend, with slack for a
 /// loaded host. Without the watchdog it takes the message timeout or more.
 const RECOVERY_BOUND: Duration = Duration::from_secs(15);
+/// The producer's `queue.buffering.max.messages`, below the window.
+const QUEUE: usize = 20;
+/// Events written after the first freeze: fewer than [`QUEUE`].
+const FEW: usize = 10;
+/// Events written after the second freeze, in four transactions: each
+/// more than [`QUEUE`].
+const MANY: usize = 200;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_least_once_replaces_a_stuck_producer_without_waiting_for_the_timeout() {
@@ -51,7 +65,10 @@ async fn stuck_producer(slot: &str, extra: &str, exactly_once: bool) {
     let broker =
         tokio::task::block_in_place(|| KafkaBroker::start_behind_for_clients(proxy.port(), port));
     let metrics = free_port();
-    let extra = format!("{extra}[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n");
+    let extra = format!(
+        "{extra}[metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\
+         [kafka.properties]\n\"queue.buffering.max.messages\" = \"{QUEUE}\"\n"
+    );
     let e = env(broker.bootstrap(), slot, &extra);
     edit_config(
         &e,
@@ -74,31 +91,43 @@ async fn stuck_producer(slot: &str, extra: &str, exactly_once: bool) {
         );
     });
 
-    proxy.freeze_existing();
-    let frozen = Instant::now();
-    sent.extend(write(&mut client, slot, &aggs, 200, &[1, 5], 0).await);
-    let end = lsn_now(&e.pg);
-    let budget = MESSAGE_TIMEOUT * 2 + Duration::from_secs(30);
-    let recovered = tokio::task::block_in_place(|| {
-        wait_for(
-            "the slot confirmed past the events written after the freeze",
-            budget,
-            || confirmed_lsn(&e.pg, slot) >= end,
+    let mut recovered = Vec::new();
+    // The second time in transactions larger than the queue: exactly-once
+    // commits early when the stream is idle, so only a transaction that
+    // fills the queue by itself has it wait for room.
+    let phases: [(usize, &[usize], &str); 2] = [
+        (FEW, &[1, 5], "the loop"),
+        (MANY, &[MANY / 4], "a full queue"),
+    ];
+    for (n, sizes, waits_in) in phases {
+        proxy.freeze_existing();
+        let frozen = Instant::now();
+        sent.extend(write(&mut client, slot, &aggs, n, sizes, 0).await);
+        let end = lsn_now(&e.pg);
+        let budget = MESSAGE_TIMEOUT * 2 + Duration::from_secs(30);
+        let took = tokio::task::block_in_place(|| {
+            wait_for(
+                "the slot confirmed past the events written after the freeze",
+                budget,
+                || confirmed_lsn(&e.pg, slot) >= end,
+            );
+            frozen.elapsed()
+        });
+        eprintln!(
+            "{slot}: {n} event(s) after the freeze (waiting in {waits_in}): recovered {:.1} s \
+             after it (bound {} s, kafka.stuck_after = {STUCK_AFTER})",
+            took.as_secs_f64(),
+            RECOVERY_BOUND.as_secs()
         );
-        frozen.elapsed()
-    });
+        recovered.push((waits_in, took));
+    }
     let replaced = Scrape::take(metrics)
         .get(
             "outboxd_kafka_producer_replacements_total",
             "reason=\"stuck\"",
         )
         .unwrap_or(0.0);
-    eprintln!(
-        "{slot}: recovered {:.1} s after the freeze (bound {} s, kafka.stuck_after = {STUCK_AFTER}); \
-         {replaced} producer(s) replaced as stuck",
-        recovered.as_secs_f64(),
-        RECOVERY_BOUND.as_secs()
-    );
+    eprintln!("{slot}: {replaced} producer(s) replaced as stuck");
 
     // Nothing lost, per-key order kept; duplicates only at least once.
     let texts = payload_texts(&e.pg);
@@ -123,23 +152,41 @@ async fn stuck_producer(slot: &str, extra: &str, exactly_once: bool) {
         assert_eq!(v.duplicates, 0, "read_committed saw duplicates");
     } else {
         assert!(
-            v.duplicates <= 200,
+            v.duplicates <= FEW + QUEUE,
             "{} duplicates: more than the records in flight",
             v.duplicates
         );
     }
+    for (waits_in, took) in recovered {
+        assert!(
+            took <= RECOVERY_BOUND,
+            "the relay, waiting in {waits_in}, took {:.1} s to recover from a stuck producer \
+             (bound {} s); log:\n{}",
+            took.as_secs_f64(),
+            RECOVERY_BOUND.as_secs(),
+            relay.log()
+        );
+    }
     assert!(
-        recovered <= RECOVERY_BOUND,
-        "the relay took {:.1} s to recover from a stuck producer (bound {} s); log:\n{}",
-        recovered.as_secs_f64(),
-        RECOVERY_BOUND.as_secs(),
+        replaced >= 2.0,
+        "not one replacement counted as stuck per freeze; log:\n{}",
         relay.log()
     );
-    assert!(
-        replaced >= 1.0,
-        "no replacement counted as stuck; log:\n{}",
-        relay.log()
-    );
+    let log = relay.log();
+    for line in log
+        .lines()
+        .filter(|l| l.contains("the Kafka producer is stuck"))
+    {
+        eprintln!("{slot}: {line}");
+    }
+    if exactly_once {
+        // The second freeze caught it flushing to make room, outside the
+        // loop's `select!`.
+        assert!(
+            log.contains("the flush of the open Kafka transaction"),
+            "the watchdog did not give up the flush that made room; log:\n{log}"
+        );
+    }
     assert!(
         relay.log().contains("the Kafka producer is stuck"),
         "the log does not say why; log:\n{}",

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use super::mode::{producer, retire, DeliveryMode, Drain, Step, Stuck};
 use super::parts::{Reconnect, Session};
+use super::producer_watch::Watched;
 use super::send::Trouble;
 use super::telemetry::TelemetryEvent;
 use super::watchdog::OldestSample;
@@ -146,17 +147,16 @@ impl DeliveryMode for AtLeastOnce {
         Ok(None)
     }
 
-    /// Waits for Kafka to acknowledge something, for as long as a hung
-    /// broker takes, in the middle of a batch whose turn is not told yet:
-    /// so the window is told as it is, not as the last turn left it (CI
-    /// saw 93 in flight where the queue held 100).
+    /// Waits for Kafka to acknowledge something, in the middle of a batch
+    /// whose turn is not told yet: so the window is told as it is, not as
+    /// the last turn left it (CI saw 93 in flight where the queue held
+    /// 100). For as long as a hung broker takes, but not for a stuck
+    /// producer: the watchdog replaces it meanwhile (its records then wait
+    /// in the window, and the one that found no room with them).
     async fn make_room(s: &mut Session<'_, Self>) -> Step {
         let reported = s.stream.source.reported();
         s.tell_turn(reported);
-        let Some(report) = s.delivery.sink.next_report().await else {
-            return Ok(Some(Reconnect::producer_stopped()));
-        };
-        s.on_report(report).await
+        s.next_report().await
     }
 
     /// Waits until nothing else is in flight, sends the suspect, and waits
@@ -311,14 +311,24 @@ impl Session<'_, AtLeastOnce> {
     /// Handles delivery reports until `done` holds (or the session must end).
     async fn drain_reports(&mut self, done: impl Fn(&Window<'_>) -> bool) -> Step {
         while !done(&self.window) && self.window.halted().is_none() {
-            let Some(report) = self.delivery.sink.next_report().await else {
-                return Ok(Some(Reconnect::producer_stopped()));
-            };
-            if let Some(end) = self.on_report(report).await? {
+            if let Some(end) = self.next_report().await? {
                 return Ok(Some(end));
             }
         }
         Ok(None)
+    }
+
+    /// Waits for the next report and handles it, or for the watchdog to
+    /// replace the producer (which takes back what it held).
+    async fn next_report(&mut self) -> Step {
+        let report = self
+            .watched(|mode: &mut AtLeastOnce| Box::pin(mode.sink.next_report()))
+            .await?;
+        match report {
+            Watched::Done(Some(report)) => self.on_report(report).await,
+            Watched::Done(None) => Ok(Some(Reconnect::producer_stopped())),
+            Watched::Replaced(end) => Ok(end),
+        }
     }
 
     /// Takes back what the producer held and replaces it, keeping the

@@ -20,7 +20,9 @@ use tokio::time::Instant;
 
 use super::mode::{DeliveryMode, Drain, Step, Stuck};
 use super::parts::Session;
+use super::producer_watch::Watched;
 use super::telemetry::TelemetryEvent;
+use super::watchdog::earliest;
 use super::window::{InFlight, Window};
 use crate::relay::error::RelayError;
 use crate::relay::ledger::{FencingCheck, RelayLedger, Start};
@@ -108,8 +110,14 @@ impl DeliveryMode for ExactlyOnce {
         s.commit_ended(call).await
     }
 
-    /// Room comes with the commit of what the queue holds.
+    /// Room comes with the commit of what the queue holds. Flushed first:
+    /// the commit's ledger record needs room too, which a queue smaller
+    /// than the window (`queue.buffering.max.messages` below it) does not
+    /// have while its records are in flight.
     async fn make_room(s: &mut Session<'_, Self>) -> Step {
+        if let Some(end) = s.flush().await? {
+            return Ok(Some(end));
+        }
         s.commit().await
     }
 
@@ -122,17 +130,14 @@ impl DeliveryMode for ExactlyOnce {
         if let Some(end) = s.settle_commit().await? {
             return Ok(Some(end));
         }
-        if let Err(e) = s.delivery.producer.flush().await {
-            return s.transaction_failed(e).await;
+        if let Some(end) = s.flush().await? {
+            return Ok(Some(end));
         }
         Window::isolate(&mut entry);
         if let Some(end) = s.deliver(entry).await? {
             return Ok(Some(end));
         }
-        match s.delivery.producer.flush().await {
-            Ok(()) => Ok(None),
-            Err(e) => s.transaction_failed(e).await,
-        }
+        s.flush().await
     }
 
     /// The transaction cannot commit now: abort it, resume from the ledger
@@ -196,8 +201,10 @@ impl DeliveryMode for ExactlyOnce {
         s.close_commit().await;
     }
 
+    /// The commit under way, or a flush the session waits for.
     fn holding_since(s: &mut Session<'_, Self>, _now: Instant) -> Option<Instant> {
-        s.delivery.pending.as_ref().map(|p| p.started)
+        let commit = s.delivery.pending.as_ref().map(|p| p.started);
+        earliest(commit, s.delivery.producer.flushing_since())
     }
 
     fn holding(s: &Session<'_, Self>) -> (String, BTreeSet<String>) {
@@ -207,22 +214,28 @@ impl DeliveryMode for ExactlyOnce {
                  through {})",
                 p.events, p.entry.confirmed_lsn
             ),
-            None => "no commit".into(),
+            None => match s.delivery.producer.open_transaction() {
+                Some((events, _)) if s.delivery.producer.flushing_since().is_some() => {
+                    format!("the flush of the open Kafka transaction ({events} event(s))")
+                }
+                _ => "no commit".into(),
+            },
         };
         let mut topics = s.window.topics_with_producer();
         topics.insert(s.settings.config.kafka.ledger_topic.clone());
         (what, topics)
     }
 
-    /// Gives the producer up with its commit still under way, and ends the
-    /// session to resume from the ledger: the next session's producer
-    /// fences this one as it initialises its transactions (same
+    /// Gives the producer up with its commit (or a flush) still under way,
+    /// and ends the session to resume from the ledger: the next session's
+    /// producer fences this one as it initialises its transactions (same
     /// transactional id), which ends the transaction, aborted unless the
     /// coordinator had already begun to commit it; its first commit then
     /// waits for the ledger read after the fencing, which finds a commit
     /// that landed after all and starts again from it (see
     /// `commit::fencing_checked`). Nothing of the transaction was booked as
-    /// acknowledged, so the slot stays where the last committed entry put it.
+    /// acknowledged, so the slot stays where the last committed entry put
+    /// it.
     async fn replace_stuck(s: &mut Session<'_, Self>, stuck: Stuck<'_>) -> Step {
         s.telemetry.emit(TelemetryEvent::ProducerStuck {
             age: stuck.age,
@@ -232,6 +245,7 @@ impl DeliveryMode for ExactlyOnce {
                    session fences it and resumes from the position ledger",
         });
         s.delivery.producer.abandon_commit();
+        s.delivery.producer.abandon_flush();
         s.delivery.pending = None;
         let cause = format!(
             "the producer was stuck: {} for {:.1} s",
@@ -239,5 +253,21 @@ impl DeliveryMode for ExactlyOnce {
             stuck.age.as_secs_f64()
         );
         Ok(Some(s.give_up(&cause)))
+    }
+}
+
+impl Session<'_, ExactlyOnce> {
+    /// Flushes the open transaction (see `Transactional::start_flush`),
+    /// the watchdog racing the wait; a failed flush aborts it.
+    async fn flush(&mut self) -> Step {
+        self.delivery.producer.start_flush();
+        let flushed = self
+            .watched(|mode: &mut ExactlyOnce| Box::pin(mode.producer.flush_call()))
+            .await?;
+        match flushed {
+            Watched::Done(Ok(())) => Ok(None),
+            Watched::Done(Err(e)) => self.transaction_failed(e).await,
+            Watched::Replaced(end) => Ok(end),
+        }
     }
 }

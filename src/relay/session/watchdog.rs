@@ -112,6 +112,16 @@ impl Watchdog {
     }
 }
 
+/// The earlier of two holds (either may be `None`: holds nothing): a
+/// producer holds progress back from the first thing it was asked for and
+/// has not done.
+pub(super) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Since when the oldest record with the producer has been there, sampled
 /// once per turn of the loop: keeping the time each record was sent would
 /// cost a clock read per event on the hot path. A record that becomes the
@@ -280,6 +290,17 @@ mod tests {
                 look_at: Some(next + LIMIT)
             }
         );
+    }
+
+    #[test]
+    fn two_holds_count_from_the_earlier() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(2);
+        assert_eq!(earliest(None, None), None);
+        assert_eq!(earliest(Some(t1), None), Some(t1));
+        assert_eq!(earliest(None, Some(t1)), Some(t1));
+        assert_eq!(earliest(Some(t1), Some(t0)), Some(t0));
+        assert_eq!(earliest(Some(t0), Some(t1)), Some(t0));
     }
 
     #[test]

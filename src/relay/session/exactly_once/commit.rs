@@ -44,6 +44,7 @@ use tokio::time::Instant;
 
 use super::super::mode::Step;
 use super::super::parts::{Reconnect, Session, SessionEnd};
+use super::super::producer_watch::{ProducerWait, Watched};
 use super::super::send::Trouble;
 use super::super::telemetry::TelemetryEvent;
 use super::super::window::Position;
@@ -143,8 +144,10 @@ impl Session<'_, ExactlyOnce> {
         if !self.delivery.producer.committing() {
             return Ok(None);
         }
-        let call = self.delivery.producer.commit_call().await;
-        self.commit_ended(call).await
+        match self.watched(commit_call).await? {
+            Watched::Done(call) => self.commit_ended(call).await,
+            Watched::Replaced(end) => Ok(end),
+        }
     }
 
     /// Books the commit whose call ended; a failed one is aborted, and the
@@ -156,14 +159,23 @@ impl Session<'_, ExactlyOnce> {
         }
     }
 
-    /// Lets the commit under way end; its outcome is booked, and a failure
-    /// told (its transaction stays open: to abort, or for the next
-    /// producer with the transactional id to end).
+    /// Lets the commit under way end (or the watchdog give it up); its
+    /// outcome is booked, and a failure told (its transaction stays open:
+    /// to abort, or for the next producer with the transactional id to
+    /// end).
     pub(super) async fn close_commit(&mut self) {
         if !self.delivery.producer.committing() {
             return;
         }
-        let call = self.delivery.producer.commit_call().await;
+        // Given up as stuck, the commit is the next producer's to end.
+        let call = match self.watched(commit_call).await {
+            Ok(Watched::Done(call)) => call,
+            Ok(Watched::Replaced(_)) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "the Kafka transaction commit under way was given up");
+                return;
+            }
+        };
         if let Err(e) = self.finish_commit(call).await {
             tracing::warn!(error = %e, "the Kafka transaction commit under way failed");
         }
@@ -343,4 +355,9 @@ impl Session<'_, ExactlyOnce> {
             },
         });
     }
+}
+
+/// The commit under way, as a wait the watchdog races.
+fn commit_call(mode: &mut ExactlyOnce) -> ProducerWait<'_, CommitCall> {
+    Box::pin(mode.producer.commit_call())
 }

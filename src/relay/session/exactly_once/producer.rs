@@ -72,6 +72,10 @@ pub(super) struct Transactional {
     /// The commit call under way, on a task of its own: the session reads
     /// on meanwhile. The transaction stays open until it succeeded.
     committing: Option<JoinHandle<Result<(), TransactionError>>>,
+    /// The flush under way inside the open transaction, on a task of its
+    /// own so that waiting for it is cancel-safe (the watchdog races it),
+    /// and since when.
+    flushing: Option<(JoinHandle<Result<(), TransactionError>>, Instant)>,
 }
 
 /// How a commit call ended, for [`Transactional::committed`].
@@ -145,6 +149,7 @@ impl Transactional {
             budget: kafka.transaction_timeout(),
             unfinished_commit: false,
             committing: None,
+            flushing: None,
         })
     }
 
@@ -290,12 +295,43 @@ impl Transactional {
 
     /// Sends everything handed over and waits for its reports to be in
     /// (they still wait for the commit): a record sent between two flushes
-    /// is alone in its produce request.
-    pub(super) async fn flush(&mut self) -> Result<(), TransactionError> {
-        if self.open.is_none() {
-            return Ok(());
+    /// is alone in its produce request. Starts the flush unless one is
+    /// under way; [`Transactional::flush_call`] waits for it.
+    pub(super) fn start_flush(&mut self) {
+        if self.open.is_none() || self.flushing.is_some() {
+            return;
         }
-        self.control.flush(CALL_TIMEOUT).await
+        let control = self.control.clone();
+        let call = tokio::spawn(async move { control.flush(CALL_TIMEOUT).await });
+        self.flushing = Some((call, Instant::now()));
+    }
+
+    /// Resolves once the flush under way ended (at once when none is);
+    /// cancel-safe.
+    pub(super) async fn flush_call(&mut self) -> Result<(), TransactionError> {
+        let Some((call, _)) = &mut self.flushing else {
+            return Ok(());
+        };
+        let ended = call.await;
+        self.flushing = None;
+        ended.unwrap_or_else(|e| {
+            Err(TransactionError::Fatal {
+                code: rdkafka::types::RDKafkaErrorCode::Fail,
+                message: format!("the flush inside the Kafka transaction did not finish: {e}"),
+            })
+        })
+    }
+
+    /// Since when the flush under way has been waited for, if one is.
+    pub(super) fn flushing_since(&self) -> Option<Instant> {
+        self.flushing.as_ref().map(|(_, since)| *since)
+    }
+
+    /// Leaves the flush under way to itself (the watchdog found it
+    /// stuck): it ends by `CALL_TIMEOUT` at the latest, and the producer is
+    /// given up.
+    pub(super) fn abandon_flush(&mut self) {
+        self.flushing = None;
     }
 
     /// Another producer with this one's transactional id fenced it.
