@@ -112,6 +112,9 @@ pub struct RoutingRule {
     /// How matching events' values are encoded; `routing.value_format`
     /// when not set.
     pub value_format: Option<ValueEncoding>,
+    /// The schema file `routing.auto_register` registers under this rule's
+    /// subject; `routing.schema_file` when not set.
+    pub schema_file: Option<PathBuf>,
 }
 
 impl RoutingRule {

@@ -1131,6 +1131,7 @@ fn arb_rules() -> impl Strategy<Value = Vec<RoutingRule>> {
             aggregate_type: at.map(str::to_owned),
             topic: format!("t{n}"),
             value_format: None,
+            schema_file: None,
         });
     prop::collection::vec(rule, 0..5)
 }

@@ -27,7 +27,7 @@ use crate::outbox::registered::{RegisteredSchema, SchemaKind, SchemaSet};
 use crate::outbox::registry_subjects;
 
 pub use error::RegistryError;
-pub(crate) use register::read_schema_file;
+pub(crate) use register::read_schema_files;
 
 /// What a subject keeps as is in a URL path: RFC 3986's unreserved
 /// characters; anything else (`/`, `:`, spaces, ...) is percent-encoded.
