@@ -213,10 +213,14 @@ async fn the_cache_gauge_and_latest_always_asks() {
 
 #[tokio::test]
 async fn a_schema_id_found_once_costs_no_more_requests() {
-    let r = scripted(200, r#"{"schema":"\"long\""}"#).await;
+    let r = scripted(200, r#"{"schema":"{}","schemaType":"JSON"}"#).await;
     let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
-    assert_eq!(reg.has_schema_id(7).await.unwrap(), Ok(()));
-    assert_eq!(reg.has_schema_id(7).await.unwrap(), Ok(()));
+    let found = crate::outbox::registered::FramedSchema {
+        content_type: "application/schema+json",
+        dataschema: format!("{}/schemas/ids/7", r.url).into(),
+    };
+    assert_eq!(reg.has_schema_id(7).await.unwrap(), Ok(found.clone()));
+    assert_eq!(reg.has_schema_id(7).await.unwrap(), Ok(found));
     assert_eq!(r.count.load(Ordering::SeqCst), 1);
     assert!(r.requests.lock().unwrap()[0].starts_with("GET /apis/ccompat/v7/schemas/ids/7 "));
 

@@ -231,7 +231,7 @@ async fn map_asking(
         match mapped {
             Err(MappingError::SchemaIdUnchecked { event_id, id }) => {
                 match registry.has_schema_id(id).await.map_err(|e| unusable(&e))? {
-                    Ok(()) => mapper.learn_schema_id(id),
+                    Ok(schema) => mapper.learn_schema_id(id, schema),
                     Err(url) => {
                         return Ok(Err(MappingError::UnknownSchemaId { event_id, id, url }))
                     }
