@@ -100,3 +100,66 @@ fn only_subjects_known_at_start_can_be_registered() {
         }
     }
 }
+
+/// A `[[routing.rules]]` entry with a schema file of its own: its errors
+/// name the rule's key.
+#[test]
+fn a_rules_own_schema_file_is_checked_under_its_key() {
+    const RULE: &str = "[[routing.rules]]\nevent_type = \"paid\"\ntopic = \"payments\"\n";
+    let c = parse(&routing(&format!(
+        "{AVRO}auto_register = true\nschema_file = \"o.avsc\"\n{RULE}schema_file = \"p.avsc\""
+    )))
+    .unwrap();
+    assert_eq!(
+        c.routing.rules[0].schema_file.as_deref(),
+        Some(std::path::Path::new("p.avsc"))
+    );
+    // A rule's file alone is enough when the default route needs none.
+    parse(&routing(&format!(
+        "topic = \"orders\"\nauto_register = true\n{RULE}value_format = \"avro\"\n\
+         schema_file = \"p.avsc\""
+    )))
+    .unwrap();
+
+    invalid(
+        &format!("{AVRO}{RULE}schema_file = \"p.avsc\""),
+        "routing.rules[0].schema_file",
+        "only with routing.auto_register = true",
+    );
+    invalid(
+        &format!(
+            "{AVRO}auto_register = true\nschema_file = \"o.avsc\"\n{RULE}\
+             value_format = \"framed\"\nschema_file = \"p.avsc\""
+        ),
+        "routing.rules[0].schema_file",
+        "this rule's value format is \"framed\"",
+    );
+    // A registry rule with no file, and none to fall back on.
+    invalid(
+        &format!("topic = \"orders\"\nauto_register = true\n{RULE}value_format = \"avro\""),
+        "routing.schema_file",
+        "must name the local schema file",
+    );
+    invalid(
+        &format!("{AVRO}auto_register = true\n{RULE}schema_file = \"p.avsc\""),
+        "routing.schema_file",
+        "must name the local schema file",
+    );
+    // Two files for one subject.
+    invalid(
+        &format!(
+            "{AVRO}subject = \"com.acme.Event\"\nauto_register = true\n\
+             schema_file = \"o.avsc\"\n{RULE}schema_file = \"p.avsc\""
+        ),
+        "routing.rules[0].schema_file",
+        "registers under subject `com.acme.Event`, as routing.schema_file does",
+    );
+    invalid(
+        &format!(
+            "{AVRO}auto_register = true\nschema_file = \"o.avsc\"\n{RULE}schema_file = \"p.avsc\"\n\
+             [[routing.rules]]\nevent_type = \"refunded\"\ntopic = \"payments\"\n"
+        ),
+        "routing.schema_file",
+        "as routing.rules[0].schema_file does",
+    );
+}

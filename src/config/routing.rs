@@ -112,6 +112,9 @@ pub struct RoutingRule {
     /// How matching events' values are encoded; `routing.value_format`
     /// when not set.
     pub value_format: Option<ValueEncoding>,
+    /// The schema file `routing.auto_register` registers under this rule's
+    /// subject; `routing.schema_file` when not set.
+    pub schema_file: Option<PathBuf>,
 }
 
 impl RoutingRule {
@@ -364,13 +367,6 @@ fn validate_value_format(
                 ),
                 ))
             }
-            EventFormat::CloudeventsBinary if encoding == ValueEncoding::Framed => {
-                return Err(ConfigError::invalid(
-                    key,
-                    "\"framed\" with routing.format = \"cloudevents-binary\" is not implemented \
-                     yet; use routing.format = \"plain\"",
-                ))
-            }
             EventFormat::CloudeventsBinary => {
                 if !routing.cloudevents.data_content_type.is_empty() {
                     return Err(ConfigError::invalid(
@@ -379,10 +375,12 @@ fn validate_value_format(
                             "cannot be set with {key} = \"{}\": the content type is the \
                              format's ({}); remove routing.cloudevents.data_content_type",
                             encoding.as_str(),
-                            if encoding == ValueEncoding::Avro {
-                                "application/avro"
-                            } else {
-                                "application/schema+json"
+                            match encoding {
+                                ValueEncoding::Avro => "application/avro",
+                                ValueEncoding::JsonSchema => "application/schema+json",
+                                _ =>
+                                    "that of the schema the frame names: application/avro, \
+                                      application/schema+json or application/protobuf",
                             }
                         ),
                     ));

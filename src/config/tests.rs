@@ -56,6 +56,7 @@ const ALL_KEYS: &[&str] = &[
     "routing.rules.event_type_prefix",
     "routing.rules.aggregate_type",
     "routing.rules.topic",
+    "routing.rules.schema_file",
     "schema_registry.url",
     "schema_registry.username",
     "schema_registry.password",

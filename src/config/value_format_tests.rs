@@ -128,10 +128,22 @@ fn cloudevents_binary_carries_registry_values_with_their_content_type() {
         "routing.cloudevents.data_content_type",
         "application/avro",
     );
+    // `framed`: the content type is that of the schema the frame names.
+    let framed = format!(
+        "{BASE}[routing]\nvalue_format = \"framed\"\nformat = \"cloudevents-binary\"\n\
+         [schema_registry]\nurl = \"http://r:1\"\n"
+    );
+    assert_eq!(
+        parse(&framed).unwrap().routing.value_format,
+        ValueEncoding::Framed
+    );
     invalid(
-        &format!("{BASE}[routing]\nvalue_format = \"framed\"\nformat = \"cloudevents-binary\"\n[schema_registry]\nurl = \"http://r:1\"\n"),
-        "routing.value_format",
-        "not implemented yet",
+        &framed.replace(
+            "format = \"cloudevents-binary\"\n",
+            "format = \"cloudevents-binary\"\ncloudevents = { data_content_type = \"x/y\" }\n",
+        ),
+        "routing.cloudevents.data_content_type",
+        "the schema the frame names",
     );
 }
 

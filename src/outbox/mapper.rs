@@ -44,7 +44,7 @@ use crate::outbox::fields::Fields;
 use crate::outbox::headers::{HeaderNames, HeaderPlan};
 use crate::outbox::message;
 use crate::outbox::record::{parse_timestamp_ms, KafkaRecord};
-use crate::outbox::registered::{framed_id, RegisteredSchema, SchemaSet};
+use crate::outbox::registered::{framed_id, FramedSchema, RegisteredSchema, SchemaSet};
 use crate::outbox::route::Router;
 use crate::outbox::schema_routes::SchemaRoutes;
 use crate::outbox::topic::TopicCache;
@@ -224,9 +224,10 @@ impl RecordMapper {
     }
 
     /// Notes that the registry has a schema with `id`: framed payloads
-    /// naming it pass from now on.
-    pub(crate) fn learn_schema_id(&mut self, id: u32) {
-        self.state.known_ids.insert(id);
+    /// naming it pass from now on (a CloudEvent says `schema`'s content
+    /// type and URL).
+    pub(crate) fn learn_schema_id(&mut self, id: u32, schema: FramedSchema) {
+        self.state.known_ids.insert(id, schema);
     }
 
     /// Remembers `schema` as `subject`'s (fetched by the relay after
@@ -255,7 +256,7 @@ struct State {
     ce_time: Option<(i64, Bytes)>,
     /// `routing.value_format = "framed"`: the schema ids the registry
     /// confirmed (see [`RecordMapper::learn_schema_id`]).
-    known_ids: std::collections::HashSet<u32>,
+    known_ids: std::collections::HashMap<u32, FramedSchema>,
     /// The subjects' schemas (a value format with a subject).
     routes: Option<SchemaRoutes>,
 }
@@ -500,7 +501,8 @@ impl Plan {
         let value = match (encoding, value) {
             (ValueEncoding::Json, value) | (_, value @ None) => value,
             (ValueEncoding::Framed, Some(payload)) => {
-                check_framed(&st.known_ids, id, &payload)?;
+                let schema = check_framed(&st.known_ids, id, &payload)?;
+                registered = Some((schema.content_type, schema.dataschema.clone()));
                 Some(payload)
             }
             (_, Some(payload)) => {
@@ -594,26 +596,24 @@ fn encode_framed(
         })
 }
 
-/// A framed payload names a schema id the registry confirmed; the bytes
-/// are sent unchanged.
-fn check_framed(
-    known: &std::collections::HashSet<u32>,
+/// A framed payload names a schema id the registry confirmed (its
+/// schema's content type and URL); the bytes are sent unchanged.
+fn check_framed<'a>(
+    known: &'a std::collections::HashMap<u32, FramedSchema>,
     id: Option<&Bytes>,
     payload: &[u8],
-) -> Result<(), MappingError> {
+) -> Result<&'a FramedSchema, MappingError> {
     let event_id = || id.map_or_else(|| "(no id)".to_owned(), |b| quote(b));
     let schema_id = framed_id(payload).map_err(|reason| MappingError::NotFramed {
         event_id: event_id(),
         reason,
     })?;
-    if known.contains(&schema_id) {
-        Ok(())
-    } else {
-        Err(MappingError::SchemaIdUnchecked {
+    known
+        .get(&schema_id)
+        .ok_or_else(|| MappingError::SchemaIdUnchecked {
             event_id: event_id(),
             id: schema_id,
         })
-    }
 }
 
 #[cfg(test)]

@@ -1131,6 +1131,7 @@ fn arb_rules() -> impl Strategy<Value = Vec<RoutingRule>> {
             aggregate_type: at.map(str::to_owned),
             topic: format!("t{n}"),
             value_format: None,
+            schema_file: None,
         });
     prop::collection::vec(rule, 0..5)
 }
@@ -1268,12 +1269,61 @@ fn framed_payloads_pass_unchanged_once_the_registry_confirmed_their_id() {
             id: 7
         }
     );
-    m.learn_schema_id(7);
+    let schema_7 = crate::outbox::registered::FramedSchema::new(7, None, "http://registry:8081");
+    m.learn_schema_id(7, schema_7.clone());
     let r = m.map(&framed).unwrap();
     assert_eq!(
         r.value.as_deref(),
         Some(&b"\x00\x00\x00\x00\x07\x02\xff"[..])
     );
+    assert!(
+        !r.headers.iter().any(|(n, _)| n.starts_with("ce_")),
+        "plain"
+    );
+
+    // CloudEvents binary: the bytes unchanged, the content type of the
+    // id's schema type, and where the registry serves it.
+    let ce = RoutingConfig {
+        format: crate::config::cloudevents::EventFormat::CloudeventsBinary,
+        ..routing.clone()
+    };
+    let mut binary =
+        RecordMapper::with_schemas(&ColumnsConfig::default(), &ce, "/t", &SchemaSet::new())
+            .unwrap();
+    for (id, schema_type, content_type) in [
+        (7u8, None, "application/avro"),
+        (8, Some("JSON"), "application/schema+json"),
+        (9, Some("PROTOBUF"), "application/protobuf"),
+    ] {
+        let framed = event(&format!("\\x000000000{id}02ff"));
+        assert!(matches!(
+            binary.map(&framed),
+            Err(MappingError::SchemaIdUnchecked { .. })
+        ));
+        binary.learn_schema_id(
+            id.into(),
+            crate::outbox::registered::FramedSchema::new(
+                id.into(),
+                schema_type,
+                "http://registry:8081",
+            ),
+        );
+        let r = binary.map(&framed).unwrap();
+        assert_eq!(r.value.as_deref(), Some(&[0, 0, 0, 0, id, 0x02, 0xff][..]));
+        let header = |name: &str| {
+            r.headers
+                .iter()
+                .find(|(n, _)| &**n == name)
+                .and_then(|(_, v)| v.as_deref())
+                .map(|v| std::str::from_utf8(v).unwrap().to_owned())
+        };
+        assert_eq!(header("content-type").as_deref(), Some(content_type));
+        assert_eq!(
+            header("ce_dataschema"),
+            Some(format!("http://registry:8081/schemas/ids/{id}"))
+        );
+        assert_eq!(header("ce_specversion").as_deref(), Some("1.0"));
+    }
 
     let e = m.map(&event("\\x010000000702")).unwrap_err().to_string();
     assert!(e.contains("the first byte is 0x01"), "{e}");

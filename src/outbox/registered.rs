@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::config::value_format::ValueEncoding;
 use crate::outbox::avro::{AvroSchema, EncodeError};
 use crate::outbox::json_schema::JsonSchema;
@@ -101,6 +103,32 @@ impl RegisteredSchema {
             SchemaKind::Json(_) => out.extend_from_slice(payload),
         }
         Ok(out)
+    }
+}
+
+/// What a `framed` value's schema id tells a CloudEvent (binary mode):
+/// the content type of its schema's type, and where the schema is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FramedSchema {
+    pub content_type: &'static str,
+    /// `<registry url>/schemas/ids/<id>`.
+    pub dataschema: Bytes,
+}
+
+impl FramedSchema {
+    /// For schema `id` of the registry's `schema_type` (absent means AVRO),
+    /// served by the registry at `url` (no trailing `/`). outboxd does not
+    /// parse a framed value's schema, so any type the registry serves goes.
+    pub(crate) fn new(id: u32, schema_type: Option<&str>, url: &str) -> FramedSchema {
+        FramedSchema {
+            content_type: match schema_type.unwrap_or("AVRO") {
+                "AVRO" => "application/avro",
+                "JSON" => "application/schema+json",
+                "PROTOBUF" => "application/protobuf",
+                _ => "application/octet-stream",
+            },
+            dataschema: Bytes::from(format!("{url}/schemas/ids/{id}")),
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use crate::outbox::error::{MappingConfigError, MappingError};
 use crate::outbox::event::{EventKind, OutboxEvent};
 use crate::outbox::mapper::RecordMapper;
 use crate::outbox::record::KafkaRecord;
-use crate::outbox::registered::{RegisteredSchema, SchemaSet};
+use crate::outbox::registered::{FramedSchema, RegisteredSchema, SchemaSet};
 
 #[derive(Debug)]
 struct Entry {
@@ -104,9 +104,9 @@ impl TableMappers {
 
     /// Notes that the registry has a schema with `id` (every table: the
     /// registry's ids are global).
-    pub(crate) fn learn_schema_id(&mut self, id: u32) {
+    pub(crate) fn learn_schema_id(&mut self, id: u32, schema: &FramedSchema) {
         for e in &mut self.entries {
-            e.mapper.learn_schema_id(id);
+            e.mapper.learn_schema_id(id, schema.clone());
         }
     }
 

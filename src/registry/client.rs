@@ -71,7 +71,7 @@ impl HttpClient {
             .into_iter()
             .map(|u| {
                 url::Url::parse(u).map_err(|e| RegistryError::Config {
-                    key: "schema_registry.url",
+                    key: "schema_registry.url".into(),
                     reason: format!("`{u}` is not a URL: {e}"),
                 })
             })

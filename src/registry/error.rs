@@ -9,7 +9,7 @@ use crate::config::value_format::SchemaVersion;
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error("{key}: {reason}")]
-    Config { key: &'static str, reason: String },
+    Config { key: String, reason: String },
     /// Cannot connect, times out, or answers 5xx: worth retrying.
     #[error("the schema registry at {url} cannot be reached: {reason}")]
     Unavailable { url: String, reason: String },
@@ -52,12 +52,13 @@ pub enum RegistryError {
     },
     /// `routing.auto_register`: the registry would not take the file.
     #[error(
-        "the schema registry at {url} refused to register routing.schema_file {file} under \
-         subject `{subject}` ({status}): {body}"
+        "the schema registry at {url} refused to register {file} under subject `{subject}` \
+         ({status}): {body}"
     )]
     NotRegistered {
         url: String,
         subject: String,
+        /// The key that names the file, then its path.
         file: String,
         status: StatusCode,
         body: String,

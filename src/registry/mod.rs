@@ -13,7 +13,7 @@ mod register;
 mod tests;
 mod tls;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use hyper::StatusCode;
@@ -23,11 +23,11 @@ use serde::Deserialize;
 use crate::config::value_format::SchemaVersion;
 use crate::config::{OutboxTable, SchemaRegistryConfig};
 use crate::metrics::{SCHEMA_CACHE_ENTRIES, SCHEMA_REGISTRY_REQUESTS};
-use crate::outbox::registered::{RegisteredSchema, SchemaKind, SchemaSet};
+use crate::outbox::registered::{FramedSchema, RegisteredSchema, SchemaKind, SchemaSet};
 use crate::outbox::registry_subjects;
 
 pub use error::RegistryError;
-pub(crate) use register::read_schema_file;
+pub(crate) use register::read_schema_files;
 
 /// What a subject keeps as is in a URL path: RFC 3986's unreserved
 /// characters; anything else (`/`, `:`, spaces, ...) is percent-encoded.
@@ -59,7 +59,7 @@ pub struct SchemaRegistry {
     by_version: HashMap<(String, u32), Arc<RegisteredSchema>>,
     /// Ids found by [`has_schema_id`](Self::has_schema_id) (their schemas
     /// are not parsed: a framed payload is sent as it is).
-    ids_seen: HashSet<u32>,
+    ids_seen: HashMap<u32, FramedSchema>,
 }
 
 impl SchemaRegistry {
@@ -68,7 +68,7 @@ impl SchemaRegistry {
             http: client::HttpClient::new(config)?,
             by_id: HashMap::new(),
             by_version: HashMap::new(),
-            ids_seen: HashSet::new(),
+            ids_seen: HashMap::new(),
         })
     }
 
@@ -194,14 +194,22 @@ impl SchemaRegistry {
     }
 
     /// Whether the registry has a schema with `id` (`GET /schemas/ids/{id}`),
-    /// for framed payloads: `Ok(Err(url))` when the registry at `url`
-    /// answered it has none. An id found once costs no more requests.
+    /// for framed payloads, with its content type and URL: `Ok(Err(url))`
+    /// when the registry at `url` answered it has none. An id found once
+    /// costs no more requests.
     pub(crate) async fn has_schema_id(
         &mut self,
         id: u32,
-    ) -> Result<Result<(), String>, RegistryError> {
-        if self.by_id.contains_key(&id) || self.ids_seen.contains(&id) {
-            return Ok(Ok(()));
+    ) -> Result<Result<FramedSchema, String>, RegistryError> {
+        if let Some(s) = self.by_id.get(&id) {
+            return Ok(Ok(FramedSchema::new(
+                id,
+                Some(s.schema.type_name()),
+                &s.url,
+            )));
+        }
+        if let Some(s) = self.ids_seen.get(&id) {
+            return Ok(Ok(s.clone()));
         }
         let path = format!("/schemas/ids/{id}");
         let answer = self
@@ -209,15 +217,19 @@ impl SchemaRegistry {
             .get(&path)
             .await
             .inspect_err(|_| count("unavailable"))?;
+        let url = answer.url.trim_end_matches('/').to_owned();
         match answer.status {
             StatusCode::OK => {
                 count("ok");
-                self.ids_seen.insert(id);
-                Ok(Ok(()))
+                let body: serde_json::Value =
+                    serde_json::from_slice(&answer.body).unwrap_or_default();
+                let found = FramedSchema::new(id, body["schemaType"].as_str(), &url);
+                self.ids_seen.insert(id, found.clone());
+                Ok(Ok(found))
             }
             StatusCode::NOT_FOUND => {
                 count("not_found");
-                Ok(Err(answer.url.trim_end_matches('/').to_owned()))
+                Ok(Err(url))
             }
             _ => Err(failed(answer, format!("GET {path}"))),
         }

@@ -11,39 +11,44 @@ use percent_encoding::utf8_percent_encode;
 use serde::Deserialize;
 
 use super::{count, RegistryError, SchemaRegistry, PATH_SEGMENT};
-use crate::config::value_format::{render_fixed_subject, ValueEncoding};
+use crate::config::auto_register::{schema_file_routes, SchemaFileRoute};
+use crate::config::value_format::ValueEncoding;
 use crate::config::{OutboxTable, RoutingConfig};
 use crate::outbox::avro::AvroSchema;
 
-/// A route's schema file, read and parsed.
+/// A route's schema file, read and parsed, and the subject it goes under.
 pub(crate) struct SchemaFile {
-    /// As given in `routing.schema_file`, for messages.
+    pub(crate) subject: String,
+    /// As given in the config, for messages.
     pub(crate) path: String,
+    /// The key that names it (`routing.schema_file` or
+    /// `routing.rules[i].schema_file`), for messages.
+    pub(crate) key: String,
     /// The schema text, sent as it is.
     text: String,
     /// `schemaType` for the registry; `None` = Avro (the default).
-    schema_type: Option<&'static str>,
+    pub(super) schema_type: Option<&'static str>,
 }
 
-/// `routing.schema_file` of a route with `auto_register`, read and parsed
-/// as the route's value format; `None` without `auto_register`.
-pub(crate) fn read_schema_file(
-    routing: &RoutingConfig,
-) -> Result<Option<SchemaFile>, RegistryError> {
-    let Some(path) = routing
-        .schema_file
-        .as_ref()
-        .filter(|_| routing.auto_register)
-    else {
-        return Ok(None);
-    };
-    let shown = path.display().to_string();
+/// The schema files of a routing with `auto_register`, one per subject,
+/// each read and parsed as its route's value format; empty without
+/// `auto_register`.
+pub(crate) fn read_schema_files(routing: &RoutingConfig) -> Result<Vec<SchemaFile>, RegistryError> {
+    schema_file_routes(routing)
+        .into_iter()
+        .map(read_schema_file)
+        .collect()
+}
+
+fn read_schema_file(route: SchemaFileRoute<'_>) -> Result<SchemaFile, RegistryError> {
+    let shown = route.path.display().to_string();
     let err = |reason: String| RegistryError::Config {
-        key: "routing.schema_file",
+        key: route.key.clone(),
         reason: format!("{shown}: {reason}"),
     };
-    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot be read: {e}")))?;
-    let schema_type = match routing.value_format {
+    let text =
+        std::fs::read_to_string(route.path).map_err(|e| err(format!("cannot be read: {e}")))?;
+    let schema_type = match route.encoding {
         ValueEncoding::Avro => {
             AvroSchema::parse(&text).map_err(|e| err(format!("is not an Avro schema: {e}")))?;
             None
@@ -54,11 +59,13 @@ pub(crate) fn read_schema_file(
             Some("JSON")
         }
     };
-    Ok(Some(SchemaFile {
+    Ok(SchemaFile {
+        subject: route.subject,
         path: shown,
+        key: route.key,
         text,
         schema_type,
-    }))
+    })
 }
 
 /// `POST /subjects/{subject}/versions`'s answer.
@@ -90,7 +97,7 @@ impl SchemaRegistry {
         let refused = |answer: &super::client::Answer| RegistryError::NotRegistered {
             url: answer.url.clone(),
             subject: subject.to_owned(),
-            file: file.path.clone(),
+            file: format!("{} {}", file.key, file.path),
             status: answer.status,
             body: String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)]).into_owned(),
         };
@@ -115,22 +122,20 @@ impl SchemaRegistry {
         }
     }
 
-    /// Registers the schema file of every table with `routing.auto_register`
-    /// under each subject its routing can send to.
+    /// Registers the schema files of every table with
+    /// `routing.auto_register`, each under its route's subject.
     pub(crate) async fn auto_register(
         &mut self,
         tables: &[OutboxTable],
     ) -> Result<(), RegistryError> {
         for t in tables {
-            let Some(file) = read_schema_file(&t.routing)? else {
-                continue;
-            };
-            for subject in subjects(&t.routing) {
-                let id = self.register(&subject, &file).await?;
+            for file in read_schema_files(&t.routing)? {
+                let id = self.register(&file.subject, &file).await?;
                 tracing::warn!(
-                    %subject,
+                    subject = %file.subject,
                     schema_id = id,
                     file = %file.path,
+                    key = %file.key,
                     "registered routing.schema_file (routing.auto_register = true: for \
                      development only)"
                 );
@@ -138,17 +143,4 @@ impl SchemaRegistry {
         }
         Ok(())
     }
-}
-
-/// The subjects a route with `auto_register` can send to: `routing.subject`
-/// for `routing.topic` and each rule's topic (config validation keeps them
-/// fixed), whatever the registry value format.
-pub(super) fn subjects(routing: &RoutingConfig) -> Vec<String> {
-    let mut subjects: Vec<String> = std::iter::once(&routing.topic)
-        .chain(routing.rules.iter().map(|r| &r.topic))
-        .map(|t| render_fixed_subject(&routing.subject, t))
-        .collect();
-    subjects.sort();
-    subjects.dedup();
-    subjects
 }

@@ -213,10 +213,14 @@ async fn the_cache_gauge_and_latest_always_asks() {
 
 #[tokio::test]
 async fn a_schema_id_found_once_costs_no_more_requests() {
-    let r = scripted(200, r#"{"schema":"\"long\""}"#).await;
+    let r = scripted(200, r#"{"schema":"{}","schemaType":"JSON"}"#).await;
     let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
-    assert_eq!(reg.has_schema_id(7).await.unwrap(), Ok(()));
-    assert_eq!(reg.has_schema_id(7).await.unwrap(), Ok(()));
+    let found = crate::outbox::registered::FramedSchema {
+        content_type: "application/schema+json",
+        dataschema: format!("{}/schemas/ids/7", r.url).into(),
+    };
+    assert_eq!(reg.has_schema_id(7).await.unwrap(), Ok(found.clone()));
+    assert_eq!(reg.has_schema_id(7).await.unwrap(), Ok(found));
     assert_eq!(r.count.load(Ordering::SeqCst), 1);
     assert!(r.requests.lock().unwrap()[0].starts_with("GET /apis/ccompat/v7/schemas/ids/7 "));
 
@@ -313,16 +317,20 @@ async fn registers_the_schema_file_and_names_it_when_refused() {
     )
     .unwrap();
     let routing = crate::config::RoutingConfig {
+        topic: "orders".into(),
         value_format: crate::config::value_format::ValueEncoding::Avro,
         auto_register: true,
         schema_file: Some(file.clone()),
         ..Default::default()
     };
-    let schema = read_schema_file(&routing).unwrap().unwrap();
+    let files = read_schema_files(&routing).unwrap();
+    assert_eq!(files.len(), 1);
+    let schema = &files[0];
+    assert_eq!(schema.subject, "orders-value");
 
     let r = scripted(200, r#"{"id":17}"#).await;
     let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
-    assert_eq!(reg.register("orders value", &schema).await.unwrap(), 17);
+    assert_eq!(reg.register("orders value", schema).await.unwrap(), 17);
     let request = r.requests.lock().unwrap()[0].clone();
     assert!(
         request.starts_with("POST /apis/ccompat/v7/subjects/orders%20value/versions HTTP/1.1"),
@@ -336,7 +344,7 @@ async fn registers_the_schema_file_and_names_it_when_refused() {
 
     let r = scripted(409, r#"{"error_code":409,"message":"incompatible"}"#).await;
     let mut reg = SchemaRegistry::new(&config(&r.url)).unwrap();
-    let e = reg.register("orders-value", &schema).await.unwrap_err();
+    let e = reg.register("orders-value", schema).await.unwrap_err();
     let text = e.to_string();
     assert!(
         text.contains("routing.schema_file")
@@ -360,7 +368,7 @@ async fn registers_the_schema_file_and_names_it_when_refused() {
             schema_file: Some(path),
             ..routing.clone()
         };
-        match read_schema_file(&routing) {
+        match read_schema_files(&routing) {
             Err(RegistryError::Config { key, reason }) => {
                 assert_eq!(key, "routing.schema_file");
                 assert!(
@@ -374,34 +382,98 @@ async fn registers_the_schema_file_and_names_it_when_refused() {
     }
 }
 
+/// Each route registers under its own subject: a rule's own
+/// `schema_file` for its subject, `routing.schema_file` for the others.
 #[test]
-fn auto_register_covers_every_subject_of_the_route() {
+fn auto_register_registers_each_rules_own_file_under_its_subject() {
+    use crate::config::routing::RoutingRule;
+    use crate::config::value_format::ValueEncoding;
+    let dir = tempfile::tempdir().unwrap();
+    let order = dir.path().join("order.avsc");
+    std::fs::write(&order, r#"{"type":"record","name":"O","fields":[]}"#).unwrap();
+    let payment = dir.path().join("payment.json");
+    std::fs::write(&payment, r#"{"type":"object"}"#).unwrap();
     let routing = crate::config::RoutingConfig {
         topic: "orders".into(),
+        value_format: ValueEncoding::Avro,
+        auto_register: true,
+        schema_file: Some(order.clone()),
         rules: vec![
-            crate::config::routing::RoutingRule {
+            RoutingRule {
                 event_type: Some("paid".into()),
                 topic: "payments".into(),
+                value_format: Some(ValueEncoding::JsonSchema),
+                schema_file: Some(payment.clone()),
                 ..Default::default()
             },
-            crate::config::routing::RoutingRule {
+            RoutingRule {
                 event_type: Some("refunded".into()),
                 topic: "payments".into(),
+                value_format: Some(ValueEncoding::JsonSchema),
+                schema_file: Some(payment.clone()),
+                ..Default::default()
+            },
+            RoutingRule {
+                event_type: Some("shipped".into()),
+                topic: "shipments".into(),
+                ..Default::default()
+            },
+            RoutingRule {
+                event_type: Some("legacy".into()),
+                topic: "legacy".into(),
+                value_format: Some(ValueEncoding::Framed),
                 ..Default::default()
             },
         ],
         ..Default::default()
     };
+    let files: Vec<_> = read_schema_files(&routing)
+        .unwrap()
+        .into_iter()
+        .map(|f| (f.subject, f.key, f.path, f.schema_type))
+        .collect();
+    let shown = |p: &std::path::Path| p.display().to_string();
     assert_eq!(
-        register::subjects(&routing),
-        vec!["orders-value".to_owned(), "payments-value".to_owned()]
+        files,
+        vec![
+            (
+                "orders-value".to_owned(),
+                "routing.schema_file".to_owned(),
+                shown(&order),
+                None
+            ),
+            (
+                "payments-value".to_owned(),
+                "routing.rules[0].schema_file".to_owned(),
+                shown(&payment),
+                Some("JSON")
+            ),
+            (
+                "shipments-value".to_owned(),
+                "routing.schema_file".to_owned(),
+                shown(&order),
+                None
+            ),
+        ]
     );
-    let fixed = crate::config::RoutingConfig {
-        subject: "com.acme.Order".into(),
+
+    // A rule's file that does not parse is named by the rule's key.
+    std::fs::write(&payment, "not json").unwrap();
+    match read_schema_files(&routing) {
+        Err(RegistryError::Config { key, reason }) => {
+            assert_eq!(key, "routing.rules[0].schema_file");
+            assert!(
+                reason.contains("payment.json") && reason.contains("is not JSON"),
+                "{reason}"
+            );
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("accepted"),
+    }
+
+    let off = crate::config::RoutingConfig {
+        auto_register: false,
         ..routing
     };
-    assert_eq!(
-        register::subjects(&fixed),
-        vec!["com.acme.Order".to_owned()]
-    );
+    assert!(read_schema_files(&off).unwrap().is_empty());
 }

@@ -100,7 +100,7 @@ pub(super) fn tls_connector(
     client: Option<(&Path, &Path)>,
 ) -> Result<TlsConnector, RegistryError> {
     let err = |key: &'static str, path: &Path, reason: String| RegistryError::Config {
-        key,
+        key: key.into(),
         reason: format!("{}: {reason}", path.display()),
     };
     let certs = read_certs(ca_file).map_err(|r| err("schema_registry.ca_file", ca_file, r))?;

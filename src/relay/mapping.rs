@@ -196,7 +196,7 @@ impl LiveSchemas {
             match need {
                 Need::Id(id) => {
                     match self.told(self.registry.lock().await.has_schema_id(id).await)? {
-                        Ok(()) => tables.learn_schema_id(id),
+                        Ok(schema) => tables.learn_schema_id(id, &schema),
                         Err(url) => {
                             return Ok(Err(MappingError::UnknownSchemaId { event_id, id, url }))
                         }

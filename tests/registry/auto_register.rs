@@ -4,7 +4,8 @@
 //! `AvroDeserializer`. Without `auto_register` a missing subject still
 //! stops the relay with the `curl` that registers it; `check` says what
 //! `run` would register and registers nothing; a schema file that does not
-//! parse is named.
+//! parse is named. A `[[routing.rules]]` entry with a schema file of its
+//! own (a JSON Schema) registers it under the rule's subject.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use serde_json::Value;
 use super::avro::{avro_env, insert, order, order_schema};
 use super::check::{check, line};
 use crate::harness::kafka::shared as broker;
-use crate::harness::python::read_avro;
+use crate::harness::python::{read_avro, read_json_schema};
 use crate::harness::registry::shared as registry;
 use crate::harness::relay::{edit_config, Env, Relay};
 
@@ -59,6 +60,45 @@ fn relay_and_decode(e: &Env, topic: &str, id: u64, writers: usize, from: usize, 
     }
 }
 
+fn paid_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {"paid": {"type": "integer"}},
+        "required": ["paid"], "additionalProperties": false})
+}
+
+/// Writes 10 `paid` events (round `round`), which the rule routes to
+/// `topic`; checks every record there so far decodes with
+/// confluent-kafka's `JSONDeserializer` with the subject's latest id (the
+/// rule's file, registered as a JSON Schema); that id.
+fn paid_relayed_and_decoded(e: &Env, topic: &str, subject: &str, round: u64) -> u64 {
+    let values: Vec<String> = (0..10)
+        .map(|i| format!("('order', 'p', 'paid', '{{\"paid\": {}}}')", round * 10 + i))
+        .collect();
+    e.pg.psql(
+        "app",
+        &format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES {}",
+            values.join(", ")
+        ),
+    );
+    let total = 10 * (round as usize + 1);
+    let got = broker().consume_all(topic, total, Duration::from_secs(60));
+    assert_eq!(got.len(), total);
+    let (_, found) =
+        registry().request("GET", &format!("/subjects/{subject}/versions/latest"), None);
+    assert_eq!(found["schemaType"], "JSON", "{found}");
+    let id = found["id"].as_u64().unwrap();
+    let mut paid: Vec<u64> = read_json_schema(registry().url(), topic, &got)
+        .iter()
+        .map(|d| {
+            assert_eq!(d["schema_id"].as_u64(), Some(id), "{d}");
+            d["value"]["paid"].as_u64().unwrap_or_else(|| panic!("{d}"))
+        })
+        .collect();
+    paid.sort_unstable();
+    assert_eq!(paid, (0..total as u64).collect::<Vec<_>>());
+    id
+}
+
 #[test]
 fn auto_register_registers_the_schema_file_under_a_new_subject_and_the_rows_decode() {
     let reg = registry();
@@ -79,12 +119,21 @@ fn auto_register_registers_the_schema_file_under_a_new_subject_and_the_rows_deco
         ],
     );
 
+    // A rule with a schema file of its own (a JSON Schema, its value
+    // format), registered under the rule's subject.
+    let paid_topic = format!("{topic}.paid");
+    let paid_subject = format!("{paid_topic}-value");
+    let paid_file = dir.path().join("paid.json");
+    std::fs::write(&paid_file, paid_schema().to_string()).unwrap();
     edit_config(
         &e,
         "value_format = \"avro\"",
         &format!(
-            "value_format = \"avro\"\nauto_register = true\nschema_file = \"{}\"",
-            schema_file.display()
+            "value_format = \"avro\"\nauto_register = true\nschema_file = \"{}\"\n\
+             [[routing.rules]]\nevent_type = \"paid\"\ntopic = \"{paid_topic}\"\n\
+             value_format = \"json-schema\"\nschema_file = \"{}\"",
+            schema_file.display(),
+            paid_file.display()
         ),
     );
     // `check` tells what `run` would register, and registers nothing.
@@ -96,8 +145,21 @@ fn auto_register_registers_the_schema_file_under_a_new_subject_and_the_rows_deco
             && register.contains("development only"),
         "{text}"
     );
+    assert!(
+        register.contains(&format!(
+            "would register {} (routing.rules[0].schema_file) under subject `{paid_subject}`",
+            paid_file.display()
+        )),
+        "{text}"
+    );
     assert!(line(&text, "FAIL", "schema").is_empty(), "{text}");
     assert_eq!(reg.request("GET", &latest, None).0, 404, "check registered");
+    let paid_latest = format!("/subjects/{paid_subject}/versions/latest");
+    assert_eq!(
+        reg.request("GET", &paid_latest, None).0,
+        404,
+        "check registered"
+    );
 
     let relay = Relay::start(&e);
     crate::harness::wait::wait_for(
@@ -109,6 +171,8 @@ fn auto_register_registers_the_schema_file_under_a_new_subject_and_the_rows_deco
     let id = found["id"].as_u64().unwrap();
     assert_eq!(found["version"], 1, "{found}");
     relay_and_decode(&e, &topic, id, 3, 0, 100);
+    let paid_id = paid_relayed_and_decoded(&e, &paid_topic, &paid_subject, 0);
+    assert_ne!(paid_id, id);
     let log = relay.log();
     assert!(
         log.contains("registered routing.schema_file") && log.contains("development only"),
@@ -120,8 +184,14 @@ fn auto_register_registers_the_schema_file_under_a_new_subject_and_the_rows_deco
     // version.
     let relay = Relay::start(&e);
     relay_and_decode(&e, &topic, id, 3, 100, 20);
-    let (_, versions) = reg.request("GET", &format!("/subjects/{subject}/versions"), None);
-    assert_eq!(versions, serde_json::json!([1]), "{}", relay.log());
+    assert_eq!(
+        paid_relayed_and_decoded(&e, &paid_topic, &paid_subject, 1),
+        paid_id
+    );
+    for s in [&subject, &paid_subject] {
+        let (_, versions) = reg.request("GET", &format!("/subjects/{s}/versions"), None);
+        assert_eq!(versions, serde_json::json!([1]), "{s}: {}", relay.log());
+    }
     drop(relay);
 
     // A schema file that does not parse: named by check and run.

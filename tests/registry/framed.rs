@@ -3,14 +3,17 @@
 //! confluent-kafka's own `AvroSerializer` into a bytea payload column; they
 //! arrive byte-identical. A payload naming a schema id the registry does
 //! not have, or without the magic byte, follows `relay.on_error`; each id
-//! is asked of the registry once.
+//! is asked of the registry once. A second relay of the same rows in
+//! exactly-once mode, as binary CloudEvents, sends the same bytes once
+//! each (read read_committed), with the content type and `dataschema` of
+//! the schema each frame names.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::harness::http::{free_port, Scrape};
-use crate::harness::kafka::shared as broker;
+use crate::harness::kafka::{shared as broker, Record};
 use crate::harness::python::{read_avro, write_avro};
 use crate::harness::registry::shared as registry;
 use crate::harness::relay::{confirmed_lsn, env, lsn_now, Env, Relay};
@@ -97,6 +100,44 @@ fn framed_rows_arrive_byte_identical_and_bad_frames_go_to_the_dead_letter_topic(
         &[&[0u8][..], &id.to_be_bytes()[..]].concat()[..]
     );
     let relay = Relay::start(&e);
+    // A second relay of the same rows (a slot of its own) in exactly-once
+    // mode, as binary CloudEvents.
+    let eos_port = free_port();
+    let (eos, eos_topic, eos_dlq) = (
+        format!("{slot}eos"),
+        format!("{topic}.ce"),
+        format!("{slot}.eos.dlq"),
+    );
+    e.pg.psql(
+        "app",
+        &format!("SELECT pg_create_logical_replication_slot('{eos}', 'pgoutput')"),
+    );
+    let config = std::fs::read_to_string(&e.config)
+        .unwrap()
+        .replacen(
+            &format!("slot = \"{slot}\""),
+            &format!("slot = \"{eos}\""),
+            1,
+        )
+        .replacen(
+            "topic_partitions = 3\n",
+            &format!("topic_partitions = 3\nledger_topic = \"{eos}.ledger\"\n"),
+            1,
+        )
+        .replacen(
+            &format!("topic = \"{topic}\"\n"),
+            &format!("topic = \"{eos_topic}\"\nformat = \"cloudevents-binary\"\n"),
+            1,
+        )
+        .replacen(
+            &format!("dead_letter_topic = \"{dlq}\"\n"),
+            &format!("dead_letter_topic = \"{eos_dlq}\"\ndelivery = \"exactly-once\"\n"),
+            1,
+        )
+        .replacen(&format!(":{port}\""), &format!(":{eos_port}\""), 1);
+    let eos_config = e.dir.path().join("eos.toml");
+    std::fs::write(&eos_config, config).unwrap();
+    let eos_relay = Relay::start_config(&eos_config, e.dir.path(), &[], &[]);
 
     // An id no registry has given out, and JSON where a frame should be,
     // among the good rows of writer 0.
@@ -121,26 +162,59 @@ fn framed_rows_arrive_byte_identical_and_bad_frames_go_to_the_dead_letter_topic(
     });
 
     let total = WRITERS * PER_WRITER;
+    // Byte-identical, each key in the order written, none twice.
+    let identical = |got: &[Record]| {
+        for (w, rows) in written.iter().enumerate() {
+            let key = format!("writer-{w}");
+            let mut mine: Vec<_> = got
+                .iter()
+                .filter(|r| r.key_str() == Some(key.as_str()))
+                .collect();
+            mine.sort_by_key(|r| (r.partition, r.offset));
+            let values: Vec<&[u8]> = mine.iter().map(|r| r.value.as_deref().unwrap()).collect();
+            let expected: Vec<&[u8]> = rows.iter().map(|r| &r[..]).collect();
+            assert!(
+                values == expected,
+                "writer {w}: the records differ from the rows"
+            );
+        }
+    };
     let got = broker().consume_all(&topic, total, Duration::from_secs(120));
     assert_eq!(got.len(), total, "{}", relay.log());
-    // Byte-identical, each key in the order written, none twice.
-    for (w, rows) in written.iter().enumerate() {
-        let key = format!("writer-{w}");
-        let mut mine: Vec<_> = got
-            .iter()
-            .filter(|r| r.key_str() == Some(key.as_str()))
-            .collect();
-        mine.sort_by_key(|r| (r.partition, r.offset));
-        let values: Vec<&[u8]> = mine.iter().map(|r| r.value.as_deref().unwrap()).collect();
-        let expected: Vec<&[u8]> = rows.iter().map(|r| &r[..]).collect();
-        assert!(
-            values == expected,
-            "writer {w}: the records differ from the rows"
-        );
-    }
+    identical(&got);
     // And confluent-kafka reads them back.
     let decoded = read_avro(reg.url(), &topic, &got[..10]);
     assert!(decoded.iter().all(|d| d["schema_id"] == id), "{decoded:?}");
+
+    // Exactly-once and CloudEvents binary: read read_committed, the same
+    // bytes, once each; the content type of the frame's schema (Avro) and
+    // the URL that serves it; every record decoded by confluent-kafka.
+    let ce = broker().consume_all(&eos_topic, total, Duration::from_secs(120));
+    assert_eq!(ce.len(), total, "{}", eos_relay.log());
+    identical(&ce);
+    let dataschema = format!("{}/schemas/ids/{id}", reg.url());
+    for r in &ce {
+        assert_eq!(r.header("content-type"), Some(&b"application/avro"[..]));
+        assert_eq!(r.header("ce_dataschema"), Some(dataschema.as_bytes()));
+        assert_eq!(r.header("ce_specversion"), Some(&b"1.0"[..]));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for d in read_avro(reg.url(), &eos_topic, &ce) {
+        assert_eq!(d["schema_id"], id, "{d}");
+        let row = (d["value"]["writer"].clone(), d["value"]["seq"].clone());
+        assert!(seen.insert(row), "{d} twice");
+    }
+    assert_eq!(
+        broker()
+            .consume_all(&eos_dlq, 2, Duration::from_secs(60))
+            .len(),
+        2
+    );
+    assert!(
+        Scrape::take(eos_port).value("outboxd_kafka_transactions_total", "outcome=\"committed\"")
+            >= 1.0
+    );
+    drop(eos_relay);
 
     let dead = broker().consume_all(&dlq, 2, Duration::from_secs(60));
     assert_eq!(dead.len(), 2, "{}", relay.log());

@@ -3,7 +3,9 @@
 //! that needs it makes the relay read the subject's latest version; a
 //! version that every payload fits arrives with the periodic refresh), and
 //! a registry cut off for 30 s under load makes `/readyz` 503 naming it,
-//! confirms nothing past the event that waits for it, and loses nothing.
+//! confirms nothing past the event that waits for it, and loses nothing;
+//! so do relays beside it that meet a per-event subject
+//! (`com.acme.${event_type}`) or a framed schema id first during the cut.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -16,9 +18,9 @@ use super::avro::{avro_env, avro_env_at, insert, order, order_schema};
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::{shared as broker, Record};
 use crate::harness::proxy::Proxy;
-use crate::harness::python::read_avro;
+use crate::harness::python::{read_avro, write_avro};
 use crate::harness::registry::shared as registry;
-use crate::harness::relay::{confirmed_lsn, lsn_now, Relay};
+use crate::harness::relay::{confirmed_lsn, lsn_now, Env, Relay};
 use crate::harness::wait::wait_for;
 
 /// `order_schema` with `extra` optional fields (null by default) appended:
@@ -207,6 +209,94 @@ fn a_backward_compatible_version_registered_under_load_is_used_without_restart()
     );
 }
 
+/// A relay beside the test's own on the same database, with a slot and a
+/// publication `name` of its own, reading `table` only with `routing` (the
+/// keys after `[routing]`), its metrics on `ports.1` (`ports.0`: the test
+/// relay's); the rest of the config (the proxied registry, the backoff) is
+/// the test relay's.
+fn side_relay(e: &Env, name: &str, table: &str, routing: &str, ports: (u16, u16)) -> Relay {
+    let config = std::fs::read_to_string(&e.config).unwrap();
+    let (routing_at, schema_registry_at) = (
+        config.find("[routing]\n").unwrap(),
+        config.find("[schema_registry]\n").unwrap(),
+    );
+    let config = format!(
+        "{}[outbox]\ntable = \"{table}\"\n[routing]\n{routing}\n{}",
+        &config[..routing_at],
+        &config[schema_registry_at..]
+    );
+    let slot_at = config.find("slot = \"").unwrap();
+    let slot_end = slot_at + config[slot_at..].find('\n').unwrap();
+    let config = format!(
+        "{}slot = \"{name}\"\npublication = \"{name}\"{}",
+        &config[..slot_at],
+        &config[slot_end..]
+    )
+    .replacen(&format!(":{}\"", ports.0), &format!(":{}\"", ports.1), 1);
+    let path = e.dir.path().join(format!("{name}.toml"));
+    std::fs::write(&path, config).unwrap();
+    let relay = Relay::start_config(&path, e.dir.path(), &[], &[]);
+    wait_for(
+        "the side relay's /readyz 200",
+        Duration::from_secs(60),
+        || get(ports.1, "/readyz").is_some_and(|(s, _)| s == 200),
+    );
+    relay
+}
+
+/// Rows of `events_outbox` (key `e`): (event type, writer, seq), the
+/// payload `order(writer, seq)` with `channel` set for `Shipped`.
+fn insert_events(e: &Env, rows: &[(&str, usize, usize)]) {
+    let values: Vec<String> = rows
+        .iter()
+        .map(|(event_type, w, i)| {
+            let mut p = order(*w, *i).0;
+            if *event_type == "Shipped" {
+                p["channel"] = json!("depot");
+            }
+            format!(
+                "('order', 'e', '{event_type}', '{}'::jsonb)",
+                p.to_string().replace('\'', "''")
+            )
+        })
+        .collect();
+    e.pg.psql(
+        "app",
+        &format!(
+            "INSERT INTO events_outbox (aggregate_type, aggregate_id, event_type, payload) \
+             VALUES {}",
+            values.join(", ")
+        ),
+    );
+}
+
+/// A framed record schema for the `bin_outbox` rows, `extra` an optional
+/// field more (another schema, another id).
+fn shipment_schema(extra: Option<&str>) -> Value {
+    let mut fields = vec![json!({"name": "seq", "type": "long"})];
+    if let Some(name) = extra {
+        fields.push(json!({"name": name, "type": ["null", "string"], "default": null}));
+    }
+    json!({"type": "record", "name": "Shipment", "namespace": "com.acme.outage", "fields": fields})
+}
+
+fn insert_framed(e: &Env, frames: &[Vec<u8>]) {
+    let values: Vec<String> = frames
+        .iter()
+        .map(|f| {
+            let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
+            format!("('shipment', 'f', 'shipped', '\\x{hex}')")
+        })
+        .collect();
+    e.pg.psql(
+        "app",
+        &format!(
+            "INSERT INTO bin_outbox (aggregate_type, aggregate_id, event_type, payload) VALUES {}",
+            values.join(", ")
+        ),
+    );
+}
+
 #[test]
 fn a_registry_cut_off_for_30s_under_load_makes_readyz_503_naming_it_and_loses_nothing() {
     let reg = registry();
@@ -236,11 +326,74 @@ fn a_registry_cut_off_for_30s_under_load_makes_readyz_503_naming_it_and_loses_no
         get(port, "/readyz").is_some_and(|(s, _)| s == 200)
     });
 
+    // Beside it, through the same proxy: a relay with per-event subjects
+    // (RecordNameStrategy), and a relay of framed rows. Each meets a
+    // subject or a schema id before the cut, and another one first during
+    // it (both registered before it, never used).
+    e.pg.psql(
+        "app",
+        "CREATE TABLE events_outbox (LIKE outbox INCLUDING ALL); \
+         CREATE TABLE bin_outbox (id bigserial PRIMARY KEY, aggregate_type text NOT NULL, \
+         aggregate_id text NOT NULL, event_type text NOT NULL, payload bytea)",
+    );
+    let (subj_port, bin_port) = (free_port(), free_port());
+    let (subj_slot, bin_slot) = (format!("{slot}subj"), format!("{slot}bin"));
+    let (subj_topic, bin_topic) = (format!("{slot}.events"), format!("{slot}.framed"));
+    let placed_id = reg.register_avro(&format!("com.acme.{slot}.Placed"), &order_schema());
+    let shipped_id = reg.register_avro(
+        &format!("com.acme.{slot}.Shipped"),
+        &order_schema_with(&["channel"]),
+    );
+    let frames = |n: &str, schema: &Value, values: Vec<Value>| {
+        let subject = format!("{slot}.{n}");
+        reg.register_avro(&format!("{subject}-value"), schema);
+        write_avro(reg.url(), &subject, schema, &values)
+    };
+    let (known_frames, new_frame) = (
+        frames(
+            "bin1",
+            &shipment_schema(None),
+            (0..10).map(|i| json!({"seq": i})).collect(),
+        ),
+        frames(
+            "bin2",
+            &shipment_schema(Some("depot")),
+            vec![json!({"seq": 100, "depot": "north"})],
+        ),
+    );
+    let subj_relay = side_relay(
+        &e,
+        &subj_slot,
+        "public.events_outbox",
+        &format!(
+            "topic = \"{subj_topic}\"\nvalue_format = \"avro\"\n\
+             subject = \"com.acme.{slot}.${{event_type}}\""
+        ),
+        (port, subj_port),
+    );
+    let bin_relay = side_relay(
+        &e,
+        &bin_slot,
+        "public.bin_outbox",
+        &format!("topic = \"{bin_topic}\"\nvalue_format = \"framed\""),
+        (port, bin_port),
+    );
+    insert_events(&e, &(0..5).map(|i| ("Placed", 50, i)).collect::<Vec<_>>());
+    insert_framed(&e, &known_frames[..5]);
+    wait_for(
+        "the side relays' rows before the cut",
+        Duration::from_secs(60),
+        || broker().record_count(&subj_topic) >= 5 && broker().record_count(&bin_topic) >= 5,
+    );
+
     // Load: 4 writers, a batch of 10 rows every 100 ms each, throughout.
     let stop = AtomicBool::new(false);
     let written: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
     let mut readyz = Vec::new();
     let (mut confirmed_during, mut after_late) = (outboxd::Lsn::ZERO, outboxd::Lsn::ZERO);
+    let (mut after_subject, mut after_frame) = (outboxd::Lsn::ZERO, outboxd::Lsn::ZERO);
+    let mut side_readyz = Vec::new();
+    let mut side_confirmed = (outboxd::Lsn::ZERO, outboxd::Lsn::ZERO);
     let mut id2 = 0;
     std::thread::scope(|s| {
         for (w, count) in written.iter().enumerate() {
@@ -259,6 +412,14 @@ fn a_registry_cut_off_for_30s_under_load_makes_readyz_503_naming_it_and_loses_no
         std::thread::sleep(Duration::from_secs(5));
         proxy.black_hole();
         let cut_at = Instant::now();
+        // A subject and a schema id the side relays meet first now, and
+        // rows after each that must wait for them.
+        insert_events(&e, &[("Shipped", 51, 0)]);
+        after_subject = lsn_now(&e.pg);
+        insert_events(&e, &(5..10).map(|i| ("Placed", 50, i)).collect::<Vec<_>>());
+        insert_framed(&e, &[new_frame[0].clone()]);
+        after_frame = lsn_now(&e.pg);
+        insert_framed(&e, &known_frames[5..]);
         // Registered while the relay cannot see it, and a row that needs
         // it: the relay must ask, and wait for, the registry.
         id2 = reg.register_avro(&subject, &order_schema_with(&["channel"]));
@@ -268,9 +429,18 @@ fn a_registry_cut_off_for_30s_under_load_makes_readyz_503_naming_it_and_loses_no
         after_late = lsn_now(&e.pg);
         while cut_at.elapsed() < Duration::from_secs(30) {
             readyz.push((cut_at.elapsed().as_secs(), get(port, "/readyz")));
+            side_readyz.push((
+                cut_at.elapsed().as_secs(),
+                get(subj_port, "/readyz"),
+                get(bin_port, "/readyz"),
+            ));
             std::thread::sleep(Duration::from_secs(1));
         }
         confirmed_during = confirmed_lsn(&e.pg, slot);
+        side_confirmed = (
+            confirmed_lsn(&e.pg, &subj_slot),
+            confirmed_lsn(&e.pg, &bin_slot),
+        );
         proxy.heal();
         std::thread::sleep(Duration::from_secs(10));
         stop.store(true, Ordering::SeqCst);
@@ -328,6 +498,84 @@ fn a_registry_cut_off_for_30s_under_load_makes_readyz_503_naming_it_and_loses_no
     let reconnects = scrape.value("outboxd_reconnects_total", "cause=\"schema_registry\"");
     assert!(reconnects >= 1.0, "{reconnects}");
     assert!(relay.log().contains("schema registry outage started"));
+
+    // The side relays: each waited at the row that needed the registry,
+    // said so on /readyz, and caught up on its own.
+    assert!(
+        side_confirmed.0 < after_subject && side_confirmed.1 < after_frame,
+        "confirmed {side_confirmed:?} past the rows that waited ({after_subject}, {after_frame})"
+    );
+    let registry_down = |r: &Option<(u16, String)>| {
+        r.as_ref()
+            .is_some_and(|(s, b)| *s == 503 && b.contains("schema registry"))
+    };
+    let late_side: Vec<_> = side_readyz.iter().filter(|(t, _, _)| *t >= 8).collect();
+    assert!(
+        !late_side.is_empty()
+            && late_side
+                .iter()
+                .all(|(_, s, b)| registry_down(s) && registry_down(b)),
+        "side relays' /readyz during the cut: {side_readyz:?}\n{}\n{}",
+        subj_relay.log(),
+        bin_relay.log()
+    );
+    wait_for(
+        "the side relays' rows in Kafka",
+        Duration::from_secs(60),
+        || broker().record_count(&subj_topic) >= 11 && broker().record_count(&bin_topic) >= 11,
+    );
+    let events = broker().consume_all(
+        &subj_topic,
+        broker().record_count(&subj_topic),
+        Duration::from_secs(60),
+    );
+    let (by_row, _) = decode_all(reg.url(), &subj_topic, &events, true);
+    let mut expected: Vec<(u64, u64)> = (0..10).map(|i| (50, i)).collect();
+    expected.push((51, 0));
+    let mut keys: Vec<_> = by_row.keys().copied().collect();
+    keys.sort_unstable();
+    assert_eq!(keys, expected, "0 lost\n{}", subj_relay.log());
+    for (k, (id, v)) in &by_row {
+        let want = if k.0 == 51 { shipped_id } else { placed_id };
+        assert_eq!(*id, want as u64, "{k:?}");
+        assert_eq!(
+            v["channel"],
+            if k.0 == 51 {
+                json!("depot")
+            } else {
+                Value::Null
+            }
+        );
+    }
+    let framed = broker().consume_all(
+        &bin_topic,
+        broker().record_count(&bin_topic),
+        Duration::from_secs(60),
+    );
+    let sent: HashSet<&[u8]> = framed.iter().map(|r| r.value.as_deref().unwrap()).collect();
+    let written: HashSet<&[u8]> = known_frames
+        .iter()
+        .chain(&new_frame)
+        .map(|f| &f[..])
+        .collect();
+    assert_eq!(
+        sent,
+        written,
+        "0 lost, bytes unchanged\n{}",
+        bin_relay.log()
+    );
+    for (name, port, relay) in [
+        ("subjects", subj_port, &subj_relay),
+        ("framed", bin_port, &bin_relay),
+    ] {
+        let reconnects =
+            Scrape::take(port).value("outboxd_reconnects_total", "cause=\"schema_registry\"");
+        assert!(
+            reconnects >= 1.0 && !relay.exited(),
+            "{name}: {reconnects}\n{}",
+            relay.log()
+        );
+    }
     eprintln!(
         "outage: {total} rows, {} records ({dups} repeated after {reconnects} reconnects), \
          /readyz during the cut: {} of {} samples 503 naming the registry",

@@ -15,7 +15,7 @@ use crate::config::{Config, OutboxTable};
 use crate::outbox::mapper::MappingError;
 use crate::outbox::registered::SchemaSet;
 use crate::outbox::{registry_subjects, KafkaRecord, OutboxEvent, RecordMapper};
-use crate::registry::{read_schema_file, RegistryError, SchemaRegistry};
+use crate::registry::{read_schema_files, RegistryError, SchemaRegistry};
 use crate::source::outbox_rows::{ReadOptions, RowReader};
 
 /// The registry's lines, and the schemas fetched (for the sample); `None`
@@ -63,7 +63,7 @@ pub(super) async fn check(cfg: &Config) -> (Vec<Line>, Option<SchemaSet>) {
     for t in &tables {
         // `routing.auto_register`: what `run` would register (nothing is
         // registered here).
-        let file = match read_schema_file(&t.routing) {
+        let files = match read_schema_files(&t.routing) {
             Ok(f) => f,
             Err(e) => {
                 usable = false;
@@ -73,13 +73,14 @@ pub(super) async fn check(cfg: &Config) -> (Vec<Line>, Option<SchemaSet>) {
         };
         for subject in registry_subjects(&t.routing, &t.columns) {
             let version = t.routing.schema_version;
-            if let Some(f) = &file {
+            let file = files.iter().find(|f| f.subject == subject);
+            if let Some(f) = file {
                 lines.push(Line::warn(
                     "register",
                     format!(
-                        "{}: `outboxd run` would register {} under subject `{subject}` at \
-                         start ({}.auto_register = true: for development only)",
-                        t.table, f.path, t.routing_key
+                        "{}: `outboxd run` would register {} ({}) under subject `{subject}` \
+                         at start ({}.auto_register = true: for development only)",
+                        t.table, f.path, f.key, t.routing_key
                     ),
                 ));
             }
@@ -230,7 +231,7 @@ async fn map_asking(
         match mapped {
             Err(MappingError::SchemaIdUnchecked { event_id, id }) => {
                 match registry.has_schema_id(id).await.map_err(|e| unusable(&e))? {
-                    Ok(()) => mapper.learn_schema_id(id),
+                    Ok(schema) => mapper.learn_schema_id(id, schema),
                     Err(url) => {
                         return Ok(Err(MappingError::UnknownSchemaId { event_id, id, url }))
                     }
