@@ -14,6 +14,8 @@ mod schema;
 mod value;
 
 #[cfg(test)]
+mod bench;
+#[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod tests;
