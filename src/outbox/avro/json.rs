@@ -193,18 +193,20 @@ impl<'a> Parser<'a> {
     fn string(&mut self) -> Result<Cow<'a, str>, String> {
         self.i += 1; // the opening quote
         let start = self.i;
-        loop {
-            match self.b.get(self.i) {
-                None => return Err(self.error("unterminated string")),
-                Some(b'"') => {
-                    let s = &self.s[start..self.i];
-                    self.i += 1;
-                    return Ok(Cow::Borrowed(s));
-                }
-                Some(b'\\') => break,
-                Some(c) if *c < 0x20 => return Err(self.error("control character in a string")),
-                Some(_) => self.i += 1,
+        // Most strings hold no escape: find their end in one scan.
+        let stop = self.b[start..]
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\' || c < 0x20);
+        self.i = stop.map_or(self.b.len(), |n| start + n);
+        match self.b.get(self.i) {
+            None => return Err(self.error("unterminated string")),
+            Some(b'"') => {
+                let s = &self.s[start..self.i];
+                self.i += 1;
+                return Ok(Cow::Borrowed(s));
             }
+            Some(b'\\') => {}
+            Some(_) => return Err(self.error("control character in a string")),
         }
         // An escape: unescape into an owned string from here on.
         let mut out = String::from(&self.s[start..self.i]);

@@ -5,14 +5,16 @@ use std::collections::HashMap;
 use apache_avro::schema::{Name, Namespace, Schema};
 
 use super::error::EncodeError;
-use super::{json, value};
+use super::plan::Plan;
+use super::{encode, json};
 
-/// A parsed Avro schema with its named types (records, enums, fixed) by
-/// full name, so references to them can be followed.
-#[derive(Debug, Clone)]
+/// A parsed Avro schema, compiled for encoding (see `plan`).
+#[derive(Debug)]
 pub(crate) struct AvroSchema {
+    /// The schema as apache-avro parsed it (the tests decode with it).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(super) root: Schema,
-    names: HashMap<Name, Schema>,
+    plan: Plan,
 }
 
 impl AvroSchema {
@@ -21,25 +23,20 @@ impl AvroSchema {
         let root = Schema::parse_str(text).map_err(|e| e.to_string())?;
         let mut names = HashMap::new();
         collect_names(&root, &None, &mut names);
-        Ok(AvroSchema { root, names })
+        let plan = Plan::compile(&root, &names);
+        Ok(AvroSchema { root, plan })
     }
 
     /// The Avro binary datum of `payload` (JSON text), by the mapping in
-    /// `value`, appended to `out`.
+    /// `encode`, appended to `out`. On an error, `out` may hold part of the
+    /// datum after what it held before.
     pub(crate) fn encode(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
         let text = std::str::from_utf8(payload)
             .map_err(|_| EncodeError::NotJson("the payload is not UTF-8 text".into()))?;
         let json = json::parse(text).map_err(EncodeError::NotJson)?;
-        let value = value::Mapper::new(&self.names).map(&self.root, &None, &json)?;
-        // The crate's public encoder checks the value against the schema
-        // again before writing it; the mapping has made it fit already.
-        let datum = apache_avro::to_avro_datum(&self.root, value)
-            .map_err(|e| EncodeError::Encode(e.to_string()))?;
-        out.extend_from_slice(&datum);
-        Ok(())
+        encode::encode(&self.plan, &json, out)
     }
 }
-
 /// Every named type under `schema`, by full name (a name without a
 /// namespace takes the enclosing one, as the Avro specification says).
 fn collect_names(schema: &Schema, ns: &Namespace, out: &mut HashMap<Name, Schema>) {

@@ -256,3 +256,80 @@ fn named_types_are_found_across_namespaces() {
     ]}));
     roundtrip(&s, r#"{"x": {"v": 1}, "y": {"v": 2}, "z": {"v": 3}}"#);
 }
+
+#[test]
+fn a_union_branch_that_does_not_fit_leaves_nothing_behind() {
+    // The first record branch takes `a` before it finds `c` is not its own.
+    let s = schema(json!(["null",
+        {"type": "record", "name": "A", "fields": [
+            {"name": "a", "type": "int"}, {"name": "b", "type": "string", "default": "-"}]},
+        {"type": "record", "name": "C", "fields": [
+            {"name": "a", "type": "int"}, {"name": "c", "type": "long"}]}
+    ]));
+    assert_eq!(
+        roundtrip(&s, r#"{"a": 1, "c": 2}"#),
+        Value::Union(
+            2,
+            Box::new(Value::Record(vec![
+                ("a".into(), Value::Int(1)),
+                ("c".into(), Value::Long(2)),
+            ]))
+        )
+    );
+    assert_eq!(
+        roundtrip(&s, r#"{"a": 1}"#),
+        Value::Union(
+            1,
+            Box::new(Value::Record(vec![
+                ("a".into(), Value::Int(1)),
+                ("b".into(), Value::String("-".into())),
+            ]))
+        )
+    );
+}
+
+#[test]
+fn recursive_records_and_record_defaults() {
+    let s = schema(json!({"type": "record", "name": "Node", "fields": [
+        {"name": "v", "type": "int"},
+        {"name": "inner", "type": {"type": "record", "name": "Inner", "fields": [
+            {"name": "w", "type": "int", "default": 7},
+            {"name": "tag", "type": ["string", "null"], "default": "x"}]},
+            "default": {}},
+        {"name": "next", "type": ["null", "Node"], "default": null}
+    ]}));
+    let inner = |w: i32, tag: &str| {
+        Value::Record(vec![
+            ("w".into(), Value::Int(w)),
+            (
+                "tag".into(),
+                Value::Union(0, Box::new(Value::String(tag.into()))),
+            ),
+        ])
+    };
+    assert_eq!(
+        roundtrip(
+            &s,
+            r#"{"v": 1, "next": {"v": 2, "inner": {"w": 3, "tag": "y"}}}"#
+        ),
+        Value::Record(vec![
+            ("v".into(), Value::Int(1)),
+            ("inner".into(), inner(7, "x")),
+            (
+                "next".into(),
+                Value::Union(
+                    1,
+                    Box::new(Value::Record(vec![
+                        ("v".into(), Value::Int(2)),
+                        ("inner".into(), inner(3, "y")),
+                        ("next".into(), Value::Union(0, Box::new(Value::Null))),
+                    ]))
+                )
+            ),
+        ])
+    );
+    assert_eq!(
+        error(&s, r#"{"v": 1, "next": {"v": 2, "next": {"v": "3"}}}"#).to_string(),
+        "at $.next.next.v the schema expects an int (32-bit integer): found the string \"3\""
+    );
+}
