@@ -73,9 +73,11 @@ impl Fault {
                 c.wait_full_isr(Duration::from_secs(120));
             }
             Fault::ElectionAndReassignment => {
-                // Every preferred leader moves to the next replica, then
-                // leaders follow; then partition 0 of each of the run's topics
-                // loses a replica and gets it back (its data copied again).
+                // Every preferred leader moves to the next replica, and
+                // partition 0 of each of the run's data topics loses a
+                // replica, in one reassignment; then leaders follow, and
+                // those partitions get their replica back (its data copied
+                // again).
                 let rotated: Vec<_> = ours(c, prefixes)
                     .into_iter()
                     .map(|(tp, mut replicas)| {
@@ -83,18 +85,23 @@ impl Fault {
                         (tp, replicas)
                     })
                     .collect();
-                c.reassign(&rotated, Duration::from_secs(60));
-                eprintln!("election: {}", c.elect_preferred_leaders().trim());
-                let data: Vec<_> = rotated
-                    .into_iter()
-                    .filter(|((t, p), _)| *p == 0 && t != TXN_LOG)
-                    .collect();
-                let shrunk: Vec<_> = data
+                // Partition 0 of each data topic: the transaction log has
+                // one partition, which keeps its three replicas.
+                let shrinks = |t: &str, p: i32| p == 0 && t != TXN_LOG;
+                let first: Vec<_> = rotated
                     .iter()
-                    .map(|(tp, r)| (tp.clone(), r[..2].to_vec()))
+                    .map(|((t, p), r)| {
+                        let keep = if shrinks(t, *p) { 2 } else { r.len() };
+                        ((t.clone(), *p), r[..keep].to_vec())
+                    })
                     .collect();
-                c.reassign(&shrunk, Duration::from_secs(60));
-                c.reassign(&data, Duration::from_secs(120));
+                c.reassign(&first, Duration::from_secs(60));
+                eprintln!("election: {}", c.elect_preferred_leaders().trim());
+                let regrown: Vec<_> = rotated
+                    .into_iter()
+                    .filter(|((t, p), _)| shrinks(t, *p))
+                    .collect();
+                c.reassign(&regrown, Duration::from_secs(120));
                 c.wait_full_isr(Duration::from_secs(120));
             }
             Fault::Cut => {
