@@ -37,7 +37,7 @@
 //! meanwhile. With Kafka's 30 s, at-least-once's longest delay through
 //! this cut was 25.8 s and 36.9 s (2026-12-05). The cluster runs with 5 s,
 //! as docs/operations.md advises ("The active controller cut off"):
-//! 15.8 s and 16.3 s, and 18.2-20.4 s in 4 runs on a host at a load
+//! 15.8 s and 16.3 s, and 18.2-20.4 s in 5 runs on a host at a load
 //! average of 15-50. So at-least-once is held there to the session + 10 s + that
 //! timeout (24 s), the id's wait being Kafka's; exactly-once, whose
 //! producer keeps its id (a new epoch from the transaction coordinator),
