@@ -307,6 +307,11 @@ transaction.state.log.num.partitions=1
 share.coordinator.state.topic.replication.factor=3
 share.coordinator.state.topic.min.isr=2
 group.initial.rebalance.delay.ms=0
+# The one setting changed from Kafka's defaults, as docs/operations.md advises ("The active
+# controller cut off"): a broker's requests to the controller (producer-id blocks among
+# them) give up on one that stopped answering after 5 s instead of 30 s, and go to the
+# controller the quorum elected meanwhile.
+controller.socket.timeout.ms=5000
 num.network.threads=2
 num.io.threads=2
 num.replica.fetchers=1

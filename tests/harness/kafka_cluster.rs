@@ -1,7 +1,8 @@
 //! A real 3-node Apache Kafka cluster (KRaft, combined broker+controller
 //! nodes) for fault tests, run through `scripts/kafka.sh cluster-start`:
 //! replication factor 3 and `min.insync.replicas` 2 for every topic, the
-//! brokers' default session timeout (9 s).
+//! brokers' default session timeout (9 s), and `controller.socket.timeout.ms`
+//! at 5 s as docs/operations.md advises ("The active controller cut off").
 //!
 //! Start one per test module (a `OnceLock` in the module) and let the
 //! tests take turns: a cluster start takes 15 s and three JVMs. As with the
@@ -26,6 +27,11 @@ use rdkafka::config::ClientConfig;
 /// The brokers' `broker.session.timeout.ms` (Kafka's default, left alone):
 /// how long a broker that stopped answering still counts as alive.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(9);
+
+/// The brokers' `controller.socket.timeout.ms` (scripts/kafka.sh sets it;
+/// Kafka's default is 30 s): how long a broker's request to a controller
+/// that stopped answering waits before it goes to the one elected since.
+pub const CONTROLLER_SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct KafkaCluster {
     dir: tempfile::TempDir,
@@ -298,6 +304,21 @@ impl KafkaCluster {
                 started.elapsed().as_secs_f64()
             );
         }
+    }
+
+    /// The active KRaft controller (the quorum's leader), as
+    /// `kafka-metadata-quorum.sh describe --status` says: the metadata
+    /// response's controller id is any broker in KRaft, not this one.
+    pub fn active_controller(&self) -> i32 {
+        let status = self.tool(
+            "org.apache.kafka.tools.MetadataQuorumCommand",
+            &["describe", "--status"],
+        );
+        status
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("LeaderId:"))
+            .and_then(|id| id.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no LeaderId in the quorum's status:\n{status}"))
     }
 
     /// Partitions each node leads now.

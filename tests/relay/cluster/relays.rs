@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka_cluster::KafkaCluster;
 use crate::harness::relay::{confirmed_lsn, env, lsn_now, Env, Relay};
 
@@ -39,6 +40,51 @@ pub(super) struct Side {
     pub(super) slot: String,
     pub(super) relay: Relay,
     pub(super) watch: Watch,
+    /// Where the relay serves `/metrics`.
+    pub(super) metrics_port: u16,
+}
+
+/// What the relay's own metrics counted so far: acknowledged events, and
+/// the events and count of its committed Kafka transactions (exactly-once).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Counted {
+    pub(super) at: Option<std::time::Instant>,
+    pub(super) acked: f64,
+    pub(super) txn_events: f64,
+    pub(super) txns: f64,
+}
+
+impl Side {
+    /// One scrape of the relay's `/metrics`; all zero (and no time) when it
+    /// does not answer, so a phase's figures then say nothing rather than
+    /// something false.
+    pub(super) fn counted(&self) -> Counted {
+        let Some((200, _)) = get(self.metrics_port, "/metrics") else {
+            return Counted::default();
+        };
+        let s = Scrape::take(self.metrics_port);
+        let n = |name: &str| s.get(name, "").unwrap_or(0.0);
+        Counted {
+            at: Some(std::time::Instant::now()),
+            acked: n("outboxd_events_published_total"),
+            txn_events: n("outboxd_kafka_transaction_events_sum"),
+            txns: n("outboxd_kafka_transaction_events_count"),
+        }
+    }
+}
+
+impl Counted {
+    /// Acknowledged events a second between `self` and a later `end`, and
+    /// the mean events per Kafka transaction committed meanwhile (None
+    /// without one).
+    pub(super) fn rates(&self, end: &Counted) -> Option<(f64, Option<f64>)> {
+        let secs = (end.at? - self.at?).as_secs_f64();
+        let txns = end.txns - self.txns;
+        Some((
+            (end.acked - self.acked) / secs,
+            (txns > 0.0).then(|| (end.txn_events - self.txn_events) / txns),
+        ))
+    }
 }
 
 /// A database with the outbox and a slot per mode, and a config for
@@ -61,6 +107,7 @@ pub(super) fn database(brokers: &str, run: &str) -> Env {
 /// timestamp), its ledger topic made by outboxd with replication factor 3.
 pub(super) fn start(c: &KafkaCluster, e: &Env, run: &str, mode: Mode) -> Side {
     let base = std::fs::read_to_string(&e.config).unwrap();
+    let metrics_port = free_port();
     let template = Mode::AtLeastOnce.slot(run);
     let slot = mode.slot(run);
     let ledger = format!("{slot}.ledger.{}", uuid::Uuid::new_v4().simple());
@@ -80,7 +127,8 @@ pub(super) fn start(c: &KafkaCluster, e: &Env, run: &str, mode: Mode) -> Side {
                  ledger_topic = \"{ledger}\"\nledger_replication_factor = 3\n"
             ),
         ) + &format!(
-            "[relay]\ndelivery = \"{}\"\nreconnect_backoff_max = \"1s\"\n",
+            "[relay]\ndelivery = \"{}\"\nreconnect_backoff_max = \"1s\"\n\
+             [metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n",
             mode.name()
         );
     let config = e.dir.path().join(format!("{slot}.toml"));
@@ -97,6 +145,7 @@ pub(super) fn start(c: &KafkaCluster, e: &Env, run: &str, mode: Mode) -> Side {
         watch: Watch::start(c.bootstrap(), &topics),
         slot,
         relay: Relay::start_config(&config, e.dir.path(), &[], &[]),
+        metrics_port,
     }
 }
 
