@@ -8,7 +8,7 @@ use crate::config::error::ConfigError;
 use crate::config::routing::validate_topic_name;
 use crate::config::units::{de_duration, de_size};
 
-/// Events read but not yet acknowledged by Kafka. Each costs about 2.5 KiB
+/// Events read but not yet acknowledged by Kafka. Each costs about 3 KiB
 /// while in flight (its window entry, the decoded row, the WAL it was read
 /// from, the record and headers, librdkafka's copy), and a broker outage or
 /// a backlog drain on a busy host fills the window. 1,536 rather than 2,048:
