@@ -363,8 +363,8 @@ fn the_window_holds_a_whole_kafka_transaction_in_exactly_once() {
             .relay
             .window_events()
     };
-    assert_eq!(window(""), 2048, "at-least-once: max_in_flight_events");
-    assert_eq!(window("transaction_max_events = 9000"), 2048);
+    assert_eq!(window(""), 1536, "at-least-once: max_in_flight_events");
+    assert_eq!(window("transaction_max_events = 9000"), 1536);
     assert_eq!(window("delivery = \"exactly-once\""), 3072);
     assert_eq!(
         window("delivery = \"exactly-once\"\nmax_in_flight_events = 10000"),
@@ -373,7 +373,7 @@ fn the_window_holds_a_whole_kafka_transaction_in_exactly_once() {
     );
     assert_eq!(
         window("delivery = \"exactly-once\"\ntransaction_max_events = 100"),
-        2048,
+        1536,
         "a smaller transaction does not shrink the window"
     );
 }

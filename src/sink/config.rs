@@ -422,7 +422,7 @@ mod tests {
             text
         };
         let text = refused("queue.buffering.max.messages", "100000");
-        assert!(text.contains("relay.max_in_flight_events (2048;"), "{text}");
+        assert!(text.contains("relay.max_in_flight_events (1536;"), "{text}");
         let text = refused("queue.buffering.max.kbytes", "100");
         assert!(text.contains("message.max.bytes (1000000 bytes)"), "{text}");
     }
