@@ -77,7 +77,7 @@ const CALM: Duration = Duration::from_secs(2);
 const CATCH_UP: Duration = Duration::from_secs(180);
 /// The relay's default in-flight window: at-least-once may repeat what was
 /// in flight when a session ended, no more.
-const IN_FLIGHT_WINDOW: usize = 2048;
+const IN_FLIGHT_WINDOW: usize = 1536;
 const FIRST_STARTS: usize = 20;
 /// Stands for the cluster's address in a config made while it starts.
 const PENDING_BOOTSTRAP: &str = "cluster-still-starting:9092";
