@@ -179,7 +179,7 @@ fn relay_orders(slot: &str, extra: &str, writers: usize, per_writer: usize) -> S
 
 #[test]
 fn json_schema_rows_from_four_writers_decode_with_confluents_deserializer_none_lost_in_key_order() {
-    let scrape = relay_orders("regjson", "", 4, 250);
+    let scrape = relay_orders("regjson", "", 4, 500);
     // The schema was asked for once, at start: none per event.
     assert_eq!(
         scrape
