@@ -73,13 +73,7 @@ fn paid_relayed_and_decoded(e: &Env, topic: &str, subject: &str, round: u64) -> 
     let values: Vec<String> = (0..10)
         .map(|i| format!("('order', 'p', 'paid', '{{\"paid\": {}}}')", round * 10 + i))
         .collect();
-    e.pg.psql(
-        "app",
-        &format!(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES {}",
-            values.join(", ")
-        ),
-    );
+    super::insert_rows(e, &values);
     let total = 10 * (round as usize + 1);
     let got = broker().consume_all(topic, total, Duration::from_secs(60));
     assert_eq!(got.len(), total);

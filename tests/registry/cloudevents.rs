@@ -39,13 +39,7 @@ fn relay_cloudevents(slot: &str, value_format: &str, schema: &Value, content_typ
     let values: Vec<String> = (0..ROWS)
         .map(|i| format!("('order', 'k{}', 'placed', '{{\"seq\": {i}}}')", i % 3))
         .collect();
-    e.pg.psql(
-        "app",
-        &format!(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES {}",
-            values.join(", ")
-        ),
-    );
+    super::insert_rows(&e, &values);
     let got = broker().consume_all(&topic, ROWS, Duration::from_secs(60));
     assert_eq!(got.len(), ROWS, "{}", relay.log());
     let dataschema = format!("{}/schemas/ids/{id}", reg.url());

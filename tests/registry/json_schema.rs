@@ -108,13 +108,7 @@ pub(super) fn insert(e: &Env, key: &str, payloads: &[Value]) {
             )
         })
         .collect();
-    e.pg.psql(
-        "app",
-        &format!(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES {}",
-            values.join(", ")
-        ),
-    );
+    super::insert_rows(e, &values);
 }
 
 /// Relays `writers` × `per_writer` orders written concurrently (each writer

@@ -20,13 +20,7 @@ fn insert(e: &Env, event_type: &str, payloads: &[Value]) {
         .iter()
         .map(|p| format!("('acct', 'k', '{event_type}', '{p}'::jsonb)"))
         .collect();
-    e.pg.psql(
-        "app",
-        &format!(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES {}",
-            values.join(", ")
-        ),
-    );
+    super::insert_rows(e, &values);
 }
 
 fn seqs(n: usize, extra: Value) -> Vec<Value> {
