@@ -11,8 +11,9 @@ use super::{encode, json};
 /// A parsed Avro schema, compiled for encoding (see `plan`).
 #[derive(Debug)]
 pub(crate) struct AvroSchema {
-    /// The schema as apache-avro parsed it (the tests decode with it).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// The schema as apache-avro parsed it: only the tests decode with it;
+    /// encoding needs the plan alone, so a running relay does not keep it.
+    #[cfg(test)]
     pub(super) root: Schema,
     plan: Plan,
 }
@@ -24,7 +25,11 @@ impl AvroSchema {
         let mut names = HashMap::new();
         collect_names(&root, &None, &mut names);
         let plan = Plan::compile(&root, &names);
-        Ok(AvroSchema { root, plan })
+        Ok(AvroSchema {
+            #[cfg(test)]
+            root,
+            plan,
+        })
     }
 
     /// The Avro binary datum of `payload` (JSON text), by the mapping in
