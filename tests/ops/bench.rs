@@ -23,9 +23,10 @@ fn the_bench_runs_both_delivery_modes_through_its_drains_and_its_latency_phase()
         .tempdir()
         .expect("temp dir");
     let started = Instant::now();
-    // The smallest run that still has every step: 2,000 events per drain,
-    // one round per shape, 3 s latency passes of one shape (each relay's
-    // warm-up pass and its measured pass: two slots in turn). A =
+    // The smallest run that still has every step: a 500-event broker
+    // warm-up, 2,000 events per drain, one round per shape, 1 s latency
+    // passes of one shape (each relay's warm-up pass and its measured pass:
+    // two slots in turn; 1,000 events, enough for a p99). A =
     // at-least-once, B = exactly-once, as in docs/benchmarks-journal.md's
     // both-mode runs.
     let run = Command::new(root.join("scripts/bench.sh"))
@@ -36,7 +37,8 @@ fn the_bench_runs_both_delivery_modes_through_its_drains_and_its_latency_phase()
         .env("BENCH_HEAD_TOML", "[relay]\\ndelivery = \"exactly-once\"")
         .env("BENCH_SYSTEMS", "")
         .env("BENCH_AB_ROUNDS", "1 1")
-        .env("BENCH_FLOOR_S", "3")
+        .env("BENCH_WARMUP_EVENTS", "500")
+        .env("BENCH_FLOOR_S", "1")
         .env("BENCH_FLOOR_SHAPES", "1")
         .env("BENCH_FLOOR_WARMUP_S", "1")
         .env("BENCH_DIR", out.path().join("run"))
