@@ -75,6 +75,9 @@
 #                               for newlines; with BENCH_BASELINE_BIN=target/release/outboxd
 #                               and BENCH_HEAD_TOML='[relay]\ndelivery = "exactly-once"'
 #                               B is exactly-once and A at-least-once, one binary
+#   BENCH_AB_STATS_MS=1000      librdkafka's statistics.interval.ms in the A/B drains;
+#                               each drain's produce requests are read 1.2 periods
+#                               after its last record (the suite's smoke run: 200)
 #   BENCH_AB_MAX_LOSS=0.05      HEAD slower than the baseline by more than this
 #                               (median drain rate of a shape) fails the run
 #   BENCH_FLOOR_RATE=1000       rate of the latency phase (scripts/lib/floor.sh):
