@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use crate::harness::cargo::cargo;
 use crate::harness::outboxd::bin;
 use crate::harness::wait::last_lines;
 
@@ -118,49 +119,17 @@ fn the_bench_runs_both_delivery_modes_through_its_drains_and_its_latency_phase()
 /// The bench's helper programs are examples, which `cargo test --test main`
 /// alone does not build: build them here (nothing to do after `cargo test`).
 fn build_examples() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
-    build
+    let out = cargo()
         .args(["build", "--locked", "--example", "polling_relay"])
         .args(["--example", "bench_consume", "--example", "bench_produce"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    // Cargo runs this test with its package's variables set (CARGO_PKG_*,
-    // CARGO_MANIFEST_DIR, ...), and ring's build script reruns when those
-    // change: handed on, they made this build recompile ring, rustls and
-    // outboxd (80 s of the test's 135 s), and the next `cargo test` did the
-    // same again the other way.
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(set_by_cargo_for_the_test) {
-            build.env_remove(name);
-        }
-    }
-    let out = build.output().expect("run cargo build");
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo build");
     assert!(
         out.status.success(),
         "cargo build of the bench's examples failed:\n{}",
         last_lines(&String::from_utf8_lossy(&out.stderr), 30)
     );
-}
-
-/// Variables cargo sets for a running test of this package, none of which
-/// a build from the command line has.
-fn set_by_cargo_for_the_test(name: &str) -> bool {
-    [
-        "CARGO_PKG_",
-        "CARGO_MANIFEST_",
-        "CARGO_BIN_",
-        "CARGO_CFG_",
-        "CARGO_FEATURE_",
-    ]
-    .iter()
-    .any(|prefix| name.starts_with(prefix))
-        || [
-            "CARGO_CRATE_NAME",
-            "CARGO_PRIMARY_PACKAGE",
-            "CARGO_TARGET_TMPDIR",
-            "OUT_DIR",
-        ]
-        .contains(&name)
 }
 
 /// Each pass's consumer summary in `dir` (`<run>.json`), by run name.
