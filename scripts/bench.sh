@@ -53,6 +53,9 @@
 #   BENCH_STEADY_S=10           seconds per steady rate
 #   BENCH_STEADY_TXN=10         rows per transaction in the steady phases
 #   BENCH_CLIENTS=2             pgbench clients (connections) writing
+#   BENCH_WARMUP_EVENTS=5000    events through the broker before anything is
+#                               measured (the polling relay's warm-up; the
+#                               suite's smoke run sends fewer: it times nothing)
 #   BENCH_POLL_BATCH=100        polling relay rows per round (the design's BATCH_SIZE)
 #   BENCH_POLL_INTERVAL_MS=1000 polling relay sleep after an empty round
 #   BENCH_DBZ_POLL_MS=500       Debezium poll.interval.ms (its default)
@@ -72,6 +75,9 @@
 #                               for newlines; with BENCH_BASELINE_BIN=target/release/outboxd
 #                               and BENCH_HEAD_TOML='[relay]\ndelivery = "exactly-once"'
 #                               B is exactly-once and A at-least-once, one binary
+#   BENCH_AB_STATS_MS=1000      librdkafka's statistics.interval.ms in the A/B drains;
+#                               each drain's produce requests are read 1.2 periods
+#                               after its last record (the suite's smoke run: 200)
 #   BENCH_AB_MAX_LOSS=0.05      HEAD slower than the baseline by more than this
 #                               (median drain rate of a shape) fails the run
 #   BENCH_FLOOR_RATE=1000       rate of the latency phase (scripts/lib/floor.sh):
@@ -116,6 +122,7 @@ rates=${BENCH_RATES:-1000 10000}
 steady_s=${BENCH_STEADY_S:-10}
 steady_txn=${BENCH_STEADY_TXN:-10}
 clients=${BENCH_CLIENTS:-2}
+warmup_events=${BENCH_WARMUP_EVENTS:-5000}
 poll_batch=${BENCH_POLL_BATCH:-100}
 poll_ms=${BENCH_POLL_INTERVAL_MS:-1000}
 dbz_poll_ms=${BENCH_DBZ_POLL_MS:-500}
@@ -126,6 +133,7 @@ plot_dir=${BENCH_PLOT_DIR:-$root/docs/benchmarks}
 partitions=6
 usage() { sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [[ $events =~ ^[0-9]+$ && $bulk =~ ^[0-9]+$ && $bulk -gt 0 && $events -ge $((bulk * clients)) ]] || usage
+[[ $warmup_events =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_WARMUP_EVENTS: a positive number of events" >&2; exit 2; }
 for s in $systems; do
   [[ $s =~ ^(outboxd|polling|debezium|recvlogical)$ ]] || { echo "BENCH_SYSTEMS: unknown system $s" >&2; exit 2; }
 done
@@ -201,9 +209,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 log "starting PostgreSQL 15 and Kafka"
+# Side by side: neither needs the other until the first drain.
+servers_kafka_begin "$out/servers"
 servers_pg_start "$out/servers" 15 "shared_buffers = 256MB" "max_wal_size = 2GB" "max_replication_slots = 20" \
   "max_wal_senders = 20"
-servers_kafka_start "$out/servers"
+servers_kafka_wait
 log "PostgreSQL on 127.0.0.1:$PG_PORT, Kafka at $KAFKA_BROKERS"
 
 metrics=$out/metrics.txt
@@ -429,7 +439,7 @@ run() { # system
 # progress") and runs cold: warm it up with a few thousand events first, so that
 # no system pays for it.
 warmup() {
-  local n=5000
+  local n=$warmup_events
   log "warming up the broker with $n events"
   mkdir -p "$out/polling"
   servers_psql postgres -c "CREATE DATABASE bench_warmup"

@@ -27,6 +27,10 @@
 # wait_consumer, stop_relay, put, now_ms) and its variables.
 
 ab_base_bin=
+# librdkafka's statistics period in the drains (ms); the produce requests are
+# read one and a fifth periods after a drain's last record.
+ab_stats_ms=${BENCH_AB_STATS_MS:-1000}
+[[ $ab_stats_ms =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_AB_STATS_MS: a positive number of ms" >&2; exit 2; }
 
 # The configuration every drain starts from: the defaults but for the
 # database, the slot and the broker.
@@ -86,7 +90,7 @@ ab_drain_outboxd() { # binary db slot run count who
   local binary=$1 db=$2 slot=$3 run=$4 count=$5 who=$6 dir=$out/ab
   local port
   port=$(servers_free_port)
-  # Metrics on, statistics every second: the produce requests of the drain
+  # Metrics on, statistics every $ab_stats_ms ms: the produce requests of the drain
   # are read from /metrics at its end (a build without that counter gives 0).
   outboxd_toml "$db" "$slot" >"$dir/$run.toml"
   cat >>"$dir/$run.toml" <<CONF
@@ -97,7 +101,7 @@ listen = "127.0.0.1:$port"
 CONF
   # One [kafka.properties] table: the experiment's own, if it has one
   # (BENCH_HEAD_TOML / BENCH_BASE_TOML), with the statistics period added.
-  local extra stats='"statistics.interval.ms" = "1000"'
+  local extra stats="\"statistics.interval.ms\" = \"$ab_stats_ms\""
   extra=$(outboxd_extra "$who")
   if grep -qx '\[kafka\.properties\]' <<<"$extra"; then
     awk -v stats="$stats" '{ print } $0 == "[kafka.properties]" { print stats }' <<<"$extra" >>"$dir/$run.toml"
@@ -125,7 +129,7 @@ CONF
   walsender=$(servers_psql "$db" -At -c \
     "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '$slot'")
   put "$run.walsender_ticks" "$(ticks "${walsender:-0}")"
-  sleep 1.2
+  sleep "$(awk -v ms="$ab_stats_ms" 'BEGIN { print ms * 1.2 / 1000 }')"
   put "$run.produce_requests" "$(curl -s "http://127.0.0.1:$port/metrics" |
     awk '/^outboxd_kafka_produce_requests_total/ { n += $2 } END { print n + 0 }')"
   stop_relay "$run" "$dir/$run.relay.log"

@@ -10,6 +10,8 @@
 #       (postgresql://postgres@127.0.0.1:PORT, no database), PG_DATA, PG_BIN,
 #       PG_POSTMASTER_PID. Extra postgresql.conf lines may be given.
 #   servers_kafka_start DIR     start a broker in DIR/kafka; sets KAFKA_BROKERS, KAFKA_PID
+#   servers_kafka_begin DIR     the same in the background (the caller starts
+#                               PostgreSQL meanwhile); servers_kafka_wait ends it
 #   servers_stop                stop whatever of the two was started (safe to call twice)
 #   servers_psql DB ARGS...     psql -X -q -v ON_ERROR_STOP=1 against database DB
 
@@ -60,6 +62,20 @@ servers_kafka_start() {
   mkdir -p "$servers_kafka_dir"
   # The watchdog stops the broker should this shell die without running its trap.
   KAFKA_BROKERS=$(KAFKA_PARENT_PID=$$ "$servers_repo/scripts/kafka.sh" start "$servers_kafka_dir")
+  KAFKA_PID=$(tr -dc '0-9' <"$servers_kafka_dir/kafka.pid")
+}
+
+servers_kafka_begin_pid=
+servers_kafka_begin() {
+  servers_kafka_dir=$1/kafka
+  mkdir -p "$servers_kafka_dir"
+  KAFKA_PARENT_PID=$$ "$servers_repo/scripts/kafka.sh" start "$servers_kafka_dir" >"$servers_kafka_dir/brokers" &
+  servers_kafka_begin_pid=$!
+}
+
+servers_kafka_wait() {
+  wait "$servers_kafka_begin_pid" || { echo "scripts/kafka.sh start failed" >&2; return 1; }
+  KAFKA_BROKERS=$(<"$servers_kafka_dir/brokers")
   KAFKA_PID=$(tr -dc '0-9' <"$servers_kafka_dir/kafka.pid")
 }
 

@@ -14,6 +14,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
+use crate::harness::cargo::cargo;
 use crate::harness::kafka::shared;
 use crate::harness::relay::{env, Relay};
 use crate::harness::wait::wait_for;
@@ -24,8 +25,7 @@ fn example(name: &str) -> PathBuf {
     // target/<profile>/deps/main-<hash>
     let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
     let release = profile_dir.ends_with("release");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
+    let mut build = cargo();
     build
         .args(["build", "--quiet", "--example", name])
         .current_dir(env!("CARGO_MANIFEST_DIR"));
