@@ -365,7 +365,12 @@ impl KafkaCluster {
         static CLASSPATH: OnceLock<String> = OnceLock::new();
         let classpath = CLASSPATH.get_or_init(|| run_script(&["tools"]));
         let java = std::env::var("JAVA").unwrap_or_else(|_| "java".into());
+        // A tool runs for a second or so: C2 compiling then costs more than
+        // it gives (`kafka-topics --list`: 0.71-1.25 s, 0.56-0.93 s with C1
+        // only, 2026-12-05, load average 12); the brokers run so too
+        // (scripts/kafka.sh).
         let out = Command::new(java)
+            .args(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"])
             .args(["-cp", classpath, class])
             .args(["--bootstrap-server", &self.bootstrap])
             .args(args)
