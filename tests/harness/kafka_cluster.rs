@@ -306,19 +306,48 @@ impl KafkaCluster {
         }
     }
 
-    /// The active KRaft controller (the quorum's leader), as
-    /// `kafka-metadata-quorum.sh describe --status` says: the metadata
-    /// response's controller id is any broker in KRaft, not this one.
+    /// The active KRaft controller (the quorum's leader): the leader that
+    /// a majority of the nodes recorded for the newest epoch they agree on,
+    /// in the `quorum-state` file each node rewrites as soon as it learns of
+    /// an election. The metadata response's controller id is any broker in
+    /// KRaft, not this one; `kafka-metadata-quorum.sh describe --status`
+    /// knows it too, but each ask is a JVM start, seconds on a busy host.
+    /// Waits (up to 30 s) while no majority agrees: an election under way.
     pub fn active_controller(&self) -> i32 {
-        let status = self.tool(
-            "org.apache.kafka.tools.MetadataQuorumCommand",
-            &["describe", "--status"],
-        );
-        status
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("LeaderId:"))
-            .and_then(|id| id.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no LeaderId in the quorum's status:\n{status}"))
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let states: Vec<Option<(i64, i32)>> =
+                self.nodes.iter().map(|&n| self.quorum_state(n)).collect();
+            let agreed = states
+                .iter()
+                .flatten()
+                .filter(|(_, leader)| *leader >= 0)
+                .filter(|s| states.iter().flatten().filter(|t| t == s).count() * 2 > states.len())
+                .max();
+            if let Some(&(_, leader)) = agreed {
+                return leader;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no majority of the nodes agrees on a KRaft leader after 30 s: (epoch, leader) \
+                 per node {states:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// (epoch, leader id) as `node` last recorded its KRaft election state
+    /// (leader -1 while it knows none).
+    fn quorum_state(&self, node: i32) -> Option<(i64, i32)> {
+        let path = self
+            .node_dir(node)
+            .join("data/__cluster_metadata-0/quorum-state");
+        let state: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+        Some((
+            state["leaderEpoch"].as_i64()?,
+            i32::try_from(state["leaderId"].as_i64()?).ok()?,
+        ))
     }
 
     /// Partitions each node leads now.
@@ -336,7 +365,12 @@ impl KafkaCluster {
         static CLASSPATH: OnceLock<String> = OnceLock::new();
         let classpath = CLASSPATH.get_or_init(|| run_script(&["tools"]));
         let java = std::env::var("JAVA").unwrap_or_else(|_| "java".into());
+        // A tool runs for a second or so: C2 compiling then costs more than
+        // it gives (`kafka-topics --list`: 0.71-1.25 s, 0.56-0.93 s with C1
+        // only, 2026-12-05, load average 12); the brokers run so too
+        // (scripts/kafka.sh).
         let out = Command::new(java)
+            .args(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"])
             .args(["-cp", classpath, class])
             .args(["--bootstrap-server", &self.bootstrap])
             .args(args)
@@ -353,13 +387,95 @@ impl KafkaCluster {
         stdout
     }
 
-    /// `kafka-leader-election.sh --election-type PREFERRED
-    /// --all-topic-partitions`: every partition led by its first replica
-    /// again.
+    /// What `kafka-leader-election.sh --election-type PREFERRED
+    /// --all-topic-partitions` asks, through librdkafka in this process (the
+    /// tool is a JVM start, seconds on a busy host): every partition led by
+    /// its first replica again. Says which partitions changed leader; panics
+    /// as the tool fails, on any answer but that or "already led by it".
     pub fn elect_preferred_leaders(&self) -> String {
-        self.tool(
-            "org.apache.kafka.tools.LeaderElectionCommand",
-            &["--election-type", "PREFERRED", "--all-topic-partitions"],
+        use rdkafka::bindings as rd;
+        use rdkafka::error::RDKafkaErrorCode;
+        use std::ffi::CStr;
+
+        let admin = self.admin();
+        let rk = admin.inner().native_ptr();
+        let no_error = rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR;
+        let not_needed = rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_ELECTION_NOT_NEEDED;
+        // SAFETY: `rk` lives as long as `admin`, which outlives the block;
+        // the request, options, queue and event are destroyed once each,
+        // after their last use; the result's array and the partitions and
+        // errors it points to belong to the event and are read before it is
+        // destroyed. A null partition list asks for every partition (the
+        // request then carries none, as the tool's does).
+        let outcome: Result<Vec<String>, String> = unsafe {
+            let elect = rd::rd_kafka_ElectLeaders_new(
+                rd::rd_kafka_ElectionType_t::RD_KAFKA_ELECTION_TYPE_PREFERRED,
+                std::ptr::null_mut(),
+            );
+            let options = rd::rd_kafka_AdminOptions_new(
+                rk,
+                rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_ELECTLEADERS,
+            );
+            let mut errstr = [0 as std::ffi::c_char; 512];
+            rd::rd_kafka_AdminOptions_set_operation_timeout(
+                options,
+                30_000,
+                errstr.as_mut_ptr(),
+                errstr.len(),
+            );
+            let queue = rd::rd_kafka_queue_new(rk);
+            rd::rd_kafka_ElectLeaders(rk, elect, options, queue);
+            let event = rd::rd_kafka_queue_poll(queue, 60_000);
+            let outcome = if event.is_null() {
+                Err("no ElectLeaders result within 60 s".to_owned())
+            } else if rd::rd_kafka_event_error(event) != no_error {
+                Err(CStr::from_ptr(rd::rd_kafka_event_error_string(event))
+                    .to_string_lossy()
+                    .into_owned())
+            } else {
+                let result = rd::rd_kafka_event_ElectLeaders_result(event);
+                let mut n = 0;
+                let partitions = rd::rd_kafka_ElectLeaders_result_partitions(result, &mut n);
+                let (mut elected, mut failed) = (Vec::new(), Vec::new());
+                for i in 0..n {
+                    let r = *partitions.add(i);
+                    let tp = &*rd::rd_kafka_topic_partition_result_partition(r);
+                    let name = format!(
+                        "{}-{}",
+                        CStr::from_ptr(tp.topic).to_string_lossy(),
+                        tp.partition
+                    );
+                    let error = rd::rd_kafka_topic_partition_result_error(r);
+                    let code = if error.is_null() {
+                        no_error
+                    } else {
+                        rd::rd_kafka_error_code(error)
+                    };
+                    if code == no_error {
+                        elected.push(name);
+                    } else if code != not_needed {
+                        failed.push(format!("{name}: {:?}", RDKafkaErrorCode::from(code)));
+                    }
+                }
+                if failed.is_empty() {
+                    Ok(elected)
+                } else {
+                    Err(failed.join(", "))
+                }
+            };
+            if !event.is_null() {
+                rd::rd_kafka_event_destroy(event);
+            }
+            rd::rd_kafka_queue_destroy(queue);
+            rd::rd_kafka_AdminOptions_destroy(options);
+            rd::rd_kafka_ElectLeaders_destroy(elect);
+            outcome
+        };
+        let elected = outcome.unwrap_or_else(|e| panic!("preferred-leader election: {e}"));
+        format!(
+            "{} partitions now led by their preferred replica: {}",
+            elected.len(),
+            elected.join(", ")
         )
     }
 

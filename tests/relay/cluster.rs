@@ -135,6 +135,9 @@ async fn faults_of_a_3_broker_cluster_under_load_in_both_modes() {
 /// prefix): `first_starts` first starts, then both modes under one load
 /// through `faults`, one after the other.
 async fn life(run: &str, faults: &[Fault], first_starts: usize) {
+    // Where the test's time goes, step by step (the suite's longest test).
+    let t0 = Instant::now();
+    let mark = |what: &str| eprintln!("CLUSTER at {:5.1} s: {what}", t0.elapsed().as_secs_f64());
     // The cluster (15 s and three JVMs) starts while the databases do.
     let starting = std::thread::spawn(|| {
         cluster();
@@ -145,6 +148,7 @@ async fn life(run: &str, faults: &[Fault], first_starts: usize) {
         (first, db)
     });
     starting.join().expect("the cluster started");
+    mark("the cluster and the databases up");
     let c = cluster();
     edit_config(&db, PENDING_BOOTSTRAP, c.bootstrap());
     let mut failures: Vec<String> = Vec::new();
@@ -176,6 +180,7 @@ async fn life(run: &str, faults: &[Fault], first_starts: usize) {
             .map(|mode| relays::start(c, &db, run, mode))
             .collect()
     });
+    mark("both relays started");
     let prefixes: Vec<&str> = sides.iter().map(|s| s.slot.as_str()).collect();
     let load = Load::start(&db.pg, &Mode::AtLeastOnce.slot(run), WRITERS, RATE);
     let load_from_ms = now_ms();
@@ -183,6 +188,7 @@ async fn life(run: &str, faults: &[Fault], first_starts: usize) {
     if let Err(e) = calm_after(&load, &sides, now_ms()).await {
         failures.push(format!("before the first fault: {e}"));
     }
+    mark("calm before the first fault");
     // From here on both relays serve their metrics (a relay starts serving
     // them once it is up; the first phase's rates start here).
     let mut counted: Vec<Counted> = block_in_place(|| sides.iter().map(Side::counted).collect());
@@ -207,6 +213,7 @@ async fn life(run: &str, faults: &[Fault], first_starts: usize) {
     for (n, &fault) in faults.iter().enumerate() {
         if n == 0 {
             first_starts_done(&mut failures);
+            mark("first starts done");
         }
         if !failures.is_empty() {
             break;
@@ -214,13 +221,18 @@ async fn life(run: &str, faults: &[Fault], first_starts: usize) {
         let from_ms = phases.last().map_or(load_from_ms, |p| p.to_ms + 1);
         let before: Vec<_> = block_in_place(|| sides.iter().map(log_counts).collect());
         let victim = block_in_place(|| fault.prepare(c, &prefixes));
+        mark(&format!("{fault:?} prepared"));
         let started = Instant::now();
         block_in_place(|| fault.run(c, &prefixes, victim));
         let took = started.elapsed();
+        mark(&format!("{fault:?} over, the cluster whole"));
         let whole_at = now_ms();
         if let Err(e) = calm_after(&load, &sides, whole_at).await {
             failures.push(format!("{fault:?}: {e}"));
         }
+        mark(&format!(
+            "{fault:?}: both modes delivered what was committed until then"
+        ));
         tokio::time::sleep(CALM).await;
         let after: Vec<_> = block_in_place(|| sides.iter().map(log_counts).collect());
         let now_counted: Vec<Counted> =
@@ -246,6 +258,7 @@ async fn life(run: &str, faults: &[Fault], first_starts: usize) {
     if let Some(last) = phases.last_mut() {
         last.to_ms = now_ms();
     }
+    mark("writers stopped");
     if writing != WRITERS {
         failures.push(format!(
             "{} of {WRITERS} writers stopped",
@@ -258,6 +271,7 @@ async fn life(run: &str, faults: &[Fault], first_starts: usize) {
             relays::caught_up(&db, side);
             side.watch.wait_for(&committed, CATCH_UP)
         });
+        mark(&format!("{mode}: caught up and read"));
         let sighted = sighted(&seen);
         let mut failed = false;
         for phase in &phases {

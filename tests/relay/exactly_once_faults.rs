@@ -17,7 +17,7 @@ use crate::harness::events::{ledger_entries, payload_texts, verify_reading, Read
 use crate::harness::kafka::{shared, KafkaBroker, Record};
 use crate::harness::pg::{pg_install, PgCluster};
 use crate::harness::relay::{
-    confirmed_lsn, env, kill_postmaster, lsn_now, use_ledger_topic, Env, Relay,
+    confirmed_lsn, edit_config, env, kill_postmaster, lsn_now, use_ledger_topic, Env, Relay,
 };
 use crate::harness::standby::{promote, start_standby, synchronize_standby_slot};
 use crate::harness::wait::wait_for;
@@ -42,6 +42,23 @@ fn relay_config(extra: &str) -> String {
     format!("[relay]\ndelivery = \"{DELIVERY}\"\nreconnect_backoff_max = \"1s\"\n{extra}")
 }
 
+/// A dedicated broker with `broker_extra` in its server.properties, and an
+/// env for `slot` on it: the broker (a JVM, seconds) starts while the
+/// database does, the config naming a stand-in address until it is up.
+fn broker_and_env(broker_extra: &'static str, slot: &str, extra: &str) -> (KafkaBroker, Env) {
+    const PENDING: &str = "broker-still-starting:9092";
+    let started = Instant::now();
+    let starting = std::thread::spawn(move || KafkaBroker::start_with(broker_extra));
+    let e = env(PENDING, slot, extra);
+    let broker = starting.join().expect("the broker started");
+    edit_config(&e, PENDING, broker.bootstrap());
+    eprintln!(
+        "broker and database up in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    (broker, e)
+}
+
 /// Reads every topic of `sent` back `read_committed`; fails on a missing or
 /// reordered event, prints the figures, then fails on a duplicate.
 fn verify_once(
@@ -52,6 +69,7 @@ fn verify_once(
     fault: &str,
     took: Duration,
 ) {
+    let read = Instant::now();
     let v = verify_reading(
         broker,
         sent,
@@ -63,11 +81,12 @@ fn verify_once(
         e.dir.path(),
     );
     eprintln!(
-        "{fault} ({DELIVERY}): {} committed, {} delivered, 0 lost, per-key order kept, {} duplicates; {:.1} s",
+        "{fault} ({DELIVERY}): {} committed, {} delivered, 0 lost, per-key order kept, {} duplicates; {:.1} s of load, read back in {:.1} s",
         sent.len(),
         v.delivered,
         v.duplicates,
-        took.as_secs_f64()
+        took.as_secs_f64(),
+        read.elapsed().as_secs_f64()
     );
     assert_eq!(v.delivered, sent.len());
     assert_eq!(
@@ -88,16 +107,33 @@ async fn postmaster_sigkill_twice_under_load_repeats_nothing() {
     let relay = Relay::start(&e);
     let pg = &e.pg;
     let load = Load::start(pg, slot, 4);
+    // The second kill comes once the relay is back from the first, the
+    // writers stop once it is back from the second (at 26 s and 40 s at the
+    // latest, as before these waited on the relay).
+    let mut restarted_at = None;
     for (kill, at) in [12, 26].into_iter().enumerate() {
         confirmations(pg, slot).await;
-        load.until(Duration::from_secs(at)).await;
+        match restarted_at {
+            None => load.until(Duration::from_secs(at)).await,
+            Some(wal) => {
+                load.until_recovered(pg, slot, wal, Duration::from_secs(at))
+                    .await
+            }
+        }
         let held = load.hold().await;
         assert_eq!(load.writing(), 4, "under load");
         block_in_place(|| kill_postmaster(pg));
+        restarted_at = Some(block_in_place(|| lsn_now(pg)));
         drop(held);
-        eprintln!("postmaster SIGKILL number {}", kill + 1);
+        eprintln!(
+            "postmaster SIGKILL number {} ({:.1} s into the load)",
+            kill + 1,
+            load.started.elapsed().as_secs_f64()
+        );
     }
-    load.until(Duration::from_secs(40)).await;
+    let wal = restarted_at.expect("killed");
+    load.until_recovered(pg, slot, wal, Duration::from_secs(40))
+        .await;
     let took = load.started.elapsed();
     let sent = load.finish().await;
     block_in_place(|| {
@@ -121,15 +157,16 @@ async fn postmaster_sigkill_twice_under_load_repeats_nothing() {
 /// the ledger partition for good in 2 of 43 runs (docs/guarantees.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_sigstop_for_10_s_under_load_repeats_nothing() {
-    let broker = block_in_place(|| KafkaBroker::start_with(KEEPS_LEADERS_THROUGH_A_PAUSE));
     let slot = "eospause";
     let timeout = "[kafka.properties]\n\"message.timeout.ms\" = \"5000\"\n\
                    \"socket.timeout.ms\" = \"5000\"\n";
-    let e = env(
-        broker.bootstrap(),
-        slot,
-        &format!("{}{timeout}", relay_config("")),
-    );
+    let (broker, e) = block_in_place(|| {
+        broker_and_env(
+            KEEPS_LEADERS_THROUGH_A_PAUSE,
+            slot,
+            &format!("{}{timeout}", relay_config("")),
+        )
+    });
     let relay = Relay::start(&e);
     let pg = &e.pg;
     let load = Load::start(pg, slot, 4);
@@ -142,7 +179,8 @@ async fn broker_sigstop_for_10_s_under_load_repeats_nothing() {
     broker.resume();
     assert_eq!(load.writing(), 4, "under load");
     eprintln!("broker paused 10 s: slot at {paused}, WAL at {written} at the resume");
-    load.until(Duration::from_secs(30)).await;
+    load.until_recovered(pg, slot, written, Duration::from_secs(30))
+        .await;
     let took = load.started.elapsed();
     let sent = load.finish().await;
     block_in_place(|| {
@@ -166,17 +204,18 @@ async fn broker_sigstop_for_10_s_under_load_repeats_nothing() {
 /// Kafka's KAFKA-20734, as in the SIGSTOP test (not captured on this path).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_sigkill_and_restart_under_load_repeats_nothing() {
-    let mut broker = block_in_place(|| KafkaBroker::start_with(KEEPS_LEADERS_THROUGH_A_STALL));
     let slot = "eosbrokerkill";
     // Down longer than the message timeout: the records in flight fail, so
     // the relay has to resume (at-least-once from the slot).
     let timeout = "[kafka.properties]\n\"message.timeout.ms\" = \"5000\"\n\
                    \"socket.timeout.ms\" = \"5000\"\n";
-    let e = env(
-        broker.bootstrap(),
-        slot,
-        &format!("{}{timeout}", relay_config("")),
-    );
+    let (mut broker, e) = block_in_place(|| {
+        broker_and_env(
+            KEEPS_LEADERS_THROUGH_A_STALL,
+            slot,
+            &format!("{}{timeout}", relay_config("")),
+        )
+    });
     let relay = Relay::start(&e);
     let pg = &e.pg;
     let load = Load::start(pg, slot, 4);
@@ -194,11 +233,13 @@ async fn broker_sigkill_and_restart_under_load_repeats_nothing() {
     assert_eq!(load.writing(), 4, "under load");
     let down = Instant::now();
     block_in_place(|| broker.restart());
+    let written = block_in_place(|| lsn_now(pg));
     eprintln!(
         "broker killed, restarted after 10 s (start took {:.1} s)",
         down.elapsed().as_secs_f64()
     );
-    load.until(Duration::from_secs(40)).await;
+    load.until_recovered(pg, slot, written, Duration::from_secs(40))
+        .await;
     let took = load.started.elapsed();
     let sent = load.finish().await;
     block_in_place(|| {

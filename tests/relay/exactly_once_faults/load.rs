@@ -75,6 +75,39 @@ impl Load {
         tokio::time::sleep(at.saturating_sub(self.started.elapsed())).await;
     }
 
+    /// Keeps the writers going until the relay, back from a fault, confirmed
+    /// the slot to `wal` (the WAL's end when the fault was over: it
+    /// delivered everything written before, its recovery under load), or
+    /// until `at` after the start, whichever comes first: a relay slower
+    /// than the writers would never reach `wal` under load. Writing on
+    /// after the recovery only adds events the resumed session already
+    /// shows it delivers; the read-back checks every event either way.
+    pub(super) async fn until_recovered(
+        &self,
+        pg: &PgCluster,
+        slot: &str,
+        wal: outboxd::Lsn,
+        at: Duration,
+    ) {
+        let from = Instant::now();
+        while self.started.elapsed() < at {
+            if block_in_place(|| confirmed_lsn(pg, slot)) >= wal {
+                eprintln!(
+                    "relay recovered (slot confirmed to {wal}) {:.1} s after the fault, {:.1} s \
+                     into the load",
+                    from.elapsed().as_secs_f64(),
+                    self.started.elapsed().as_secs_f64()
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!(
+            "relay not yet confirmed to {wal} {:.1} s into the load; the load stops anyway",
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+
     /// Waits for the chunks in progress and keeps the writers off the
     /// database while the guard lives.
     pub(super) async fn hold(&self) -> RwLockWriteGuard<'_, ()> {
@@ -103,7 +136,8 @@ impl Load {
 /// Waits until the relay confirmed `pg`'s slot to the end of its WAL.
 pub(super) fn caught_up(pg: &PgCluster, slot: &str, relay: &Relay) {
     let end = lsn_now(pg);
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let from = Instant::now();
+    let deadline = from + Duration::from_secs(120);
     while confirmed_lsn(pg, slot) < end {
         if Instant::now() >= deadline || relay.exited() {
             // The summary first: a CI report may keep only a message's head.
@@ -125,6 +159,10 @@ pub(super) fn caught_up(pg: &PgCluster, slot: &str, relay: &Relay) {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    eprintln!(
+        "relay caught up {:.1} s after the load",
+        from.elapsed().as_secs_f64()
+    );
 }
 
 /// What the relay's log says it went through: aborted Kafka transactions
