@@ -343,13 +343,25 @@ impl LedgerTopic {
             Err(code) => return Err(creation(code).into()),
         }
         self.wait_writable().await?;
-        // Whoever created it, it has to be compacted.
-        match inspect_ledger_topic(&self.admin, &topic).await? {
-            LedgerTopicState::Compacted { .. } => Ok(()),
-            LedgerTopicState::NotCompacted { policy } => {
-                Err(LedgerTopicError::NotCompacted { topic, policy })
+        // Whoever created it, it has to be compacted. The look may reach a
+        // broker that has not applied the new topic yet (another answered
+        // `wait_writable`): its "unknown topic" is no fact about a topic
+        // the cluster just confirmed, so it is asked again, as the
+        // configuration is (a first start on a 3-broker cluster exited
+        // here, "does not exist", right after creating it).
+        let deadline = tokio::time::Instant::now() + TOPIC_SETTLE;
+        loop {
+            match inspect_ledger_topic(&self.admin, &topic).await? {
+                LedgerTopicState::Compacted { .. } => return Ok(()),
+                LedgerTopicState::NotCompacted { policy } => {
+                    return Err(LedgerTopicError::NotCompacted { topic, policy })
+                }
+                LedgerTopicState::Missing if tokio::time::Instant::now() + POLL < deadline => {
+                    tracing::debug!(topic, "ledger topic not known to the broker asked yet");
+                    tokio::time::sleep(POLL).await;
+                }
+                LedgerTopicState::Missing => return Err(LedgerTopicError::Missing { topic }),
             }
-            LedgerTopicState::Missing => Err(LedgerTopicError::Missing { topic }),
         }
     }
 
