@@ -153,8 +153,12 @@ async fn halts_with_its_ledger_before_the_change(slot: &str, change: &str, chang
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_without_a_failover_slot_stops_an_exactly_once_relay_and_what_it_wrote_is_there_once(
 ) {
-    let repeated =
-        failover_without_a_failover_slot("eos_failover15", "delivery = \"exactly-once\"\n").await;
+    let repeated = failover_without_a_failover_slot(
+        "eos_failover15",
+        "delivery = \"exactly-once\"\n",
+        ReadBack::ToEnd,
+    )
+    .await;
     assert_eq!(repeated, 0, "the relay's own records repeated");
 }
 

@@ -14,8 +14,8 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::harness::events::{
-    aggregates, ledger_entries, payload_texts, verify_checking, verify_reading, write, Copies,
-    ReadBack, Sent, Verdict,
+    aggregates, ledger_entries, payload_texts, verify_reading, write, Copies, ReadBack, Sent,
+    Verdict,
 };
 use crate::harness::kafka::{shared, KafkaBroker};
 use crate::harness::relay::{
@@ -223,13 +223,18 @@ pub(super) async fn slot_dropped_under_the_relay(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_to_a_promoted_standby_with_kafka_down_refuses_naming_the_gap_and_backfill_recovers(
 ) {
-    failover_without_a_failover_slot("failover15", "").await;
+    failover_without_a_failover_slot("failover15", "", ReadBack::Count).await;
 }
 
 /// The failover above, for a relay whose `[relay]` table also holds
-/// `relay_extra`. Returns how many events the relay itself (not the
-/// backfill) wrote more than once.
-pub(super) async fn failover_without_a_failover_slot(slot: &str, relay_extra: &str) -> usize {
+/// `relay_extra`; every committed event is read back as `read` says.
+/// Returns how many events the relay itself (not the backfill) wrote more
+/// than once.
+pub(super) async fn failover_without_a_failover_slot(
+    slot: &str,
+    relay_extra: &str,
+    read: ReadBack,
+) -> usize {
     let broker = tokio::task::block_in_place(KafkaBroker::start);
     let ledger_topic = format!("{slot}-ledger");
     let e = env(
@@ -374,13 +379,14 @@ pub(super) async fn failover_without_a_failover_slot(slot: &str, relay_extra: &s
     let logs = e.dir.path().to_path_buf();
     let b = &broker;
     let v = tokio::task::block_in_place(|| {
-        verify_checking(
+        verify_reading(
             b,
             &sent,
             &texts,
             Duration::from_secs(120),
             true,
             true,
+            read,
             &logs,
         )
     });
