@@ -61,6 +61,8 @@ pub struct LedgerReader {
     topic: String,
     /// For each read: a fresh consumer, so no state is carried over.
     consumer: rdkafka::ClientConfig,
+    /// How long a read may take before it fails naming what holds it.
+    read_timeout: Duration,
 }
 
 impl LedgerReader {
@@ -79,7 +81,16 @@ impl LedgerReader {
         LedgerReader {
             topic,
             consumer: config,
+            read_timeout: READ_TIMEOUT,
         }
+    }
+
+    /// This reader with another limit on how long a read may take (30 s by
+    /// default), e.g. for a test of a read held by an open transaction that
+    /// need not wait the whole default.
+    pub fn with_read_timeout(mut self, timeout: Duration) -> LedgerReader {
+        self.read_timeout = timeout;
+        self
     }
 
     /// The topic it reads.
@@ -95,6 +106,7 @@ impl LedgerReader {
         to: ReadTo,
     ) -> Result<BTreeMap<String, Vec<u8>>, LedgerTopicError> {
         let (config, topic) = (self.consumer.clone(), self.topic.clone());
+        let timeout = self.read_timeout;
         let read = tokio::task::spawn_blocking(move || {
             let consumer: BaseConsumer = config.create().map_err(ReadFailure::other)?;
             // The high watermark comes from a reader that sees everything.
@@ -106,7 +118,7 @@ impl LedgerReader {
                     Some(all.create::<BaseConsumer>().map_err(ReadFailure::other)?)
                 }
             };
-            let values = read_to_end(&consumer, all.as_ref(), &topic);
+            let values = read_to_end(&consumer, all.as_ref(), &topic, timeout);
             // Closing a consumer waits for its threads, about 100 ms here:
             // not on the relay's way to its first event.
             let closing = std::thread::Builder::new()
@@ -214,8 +226,9 @@ fn read_to_end(
     consumer: &BaseConsumer,
     all: Option<&BaseConsumer>,
     topic: &str,
+    timeout: Duration,
 ) -> Result<BTreeMap<String, Vec<u8>>, ReadFailure> {
-    let deadline = Instant::now() + READ_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     // The reading consumer asks for the metadata and the watermarks itself
     // even when `all` gives the end: that connects it to the leader before
     // the partitions are started. Started cold, it fetched its first record
@@ -252,7 +265,7 @@ fn read_to_end(
     while !ends.is_empty() {
         if Instant::now() >= deadline {
             return Err(ReadFailure::Other(not_read_to_the_end(
-                consumer, topic, &ends,
+                consumer, topic, &ends, timeout,
             )));
         }
         // Serves the client's error and log events, as a group consumer's
@@ -345,7 +358,12 @@ fn partition_ends(client: &BaseConsumer, topic: &str) -> Result<Vec<(i32, i64, i
 /// each partition back: the offset a `read_committed` reader may read to
 /// now (its last stable offset), against the end it waits for. A gap is a
 /// transaction open there; the offsets are what Kafka's tools ask for.
-fn not_read_to_the_end(consumer: &BaseConsumer, topic: &str, ends: &[(i32, i64)]) -> String {
+fn not_read_to_the_end(
+    consumer: &BaseConsumer,
+    topic: &str,
+    ends: &[(i32, i64)],
+    timeout: Duration,
+) -> String {
     let held: Vec<String> = ends
         .iter()
         .map(
@@ -366,7 +384,7 @@ fn not_read_to_the_end(consumer: &BaseConsumer, topic: &str, ends: &[(i32, i64)]
          whether it hangs (no coordinator will end it: Kafka leaves one when a transaction ends \
          while a partition of it has no leader, KAFKA-20734). Before `kafka-transactions.sh \
          abort` ends one, see docs/operations.md (\"A ledger read held by an open transaction\")",
-        READ_TIMEOUT.as_secs(),
+        timeout.as_secs(),
         held.join(", ")
     )
 }

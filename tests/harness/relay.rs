@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::harness::events::{write, Sent};
+use crate::harness::kafka::KafkaBroker;
 use crate::harness::outboxd::bin;
 use crate::harness::pg::{PgCluster, PgOptions};
 use crate::harness::wait::wait_for;
@@ -48,6 +49,27 @@ pub fn env(brokers: &str, slot: &str, extra: &str) -> Env {
     );
     std::fs::write(&config, text).unwrap();
     Env { pg, dir, config }
+}
+
+/// A private broker (for a test that pauses or kills it) and an [`env`]
+/// pointing at it, started side by side rather than one after the other:
+/// the broker's JVM start is most of a test's setup.
+pub fn env_with_broker(slot: &str, extra: &str) -> (KafkaBroker, Env) {
+    // The config is written before the broker has its port.
+    const PENDING: &str = "127.0.0.1:pending-broker";
+    std::thread::scope(|s| {
+        let broker = s.spawn(KafkaBroker::start);
+        let e = env(PENDING, slot, extra);
+        let broker = broker
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        edit_config(
+            &e,
+            &format!("brokers = \"{PENDING}\""),
+            &format!("brokers = \"{}\"", broker.bootstrap()),
+        );
+        (broker, e)
+    })
 }
 
 /// Replaces `from` (which must be there) with `to` in `env`'s config file,

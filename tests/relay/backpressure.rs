@@ -11,7 +11,7 @@ use crate::harness::events::{self, aggregates, payload_texts, verify, Sent};
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::KafkaBroker;
 use crate::harness::pg::PgCluster;
-use crate::harness::relay::{confirmed_lsn, env, lsn_now, Env, Relay};
+use crate::harness::relay::{confirmed_lsn, env_with_broker, lsn_now, Env, Relay};
 use crate::harness::wait::wait_for;
 
 /// Short, so that holding the walsender for four times as long proves the
@@ -66,7 +66,6 @@ async fn hold(
     vars: &[(&str, &str)],
     write: impl AsyncFnOnce(&mut tokio_postgres::Client),
 ) -> (Held, Vec<Sent>, KafkaBroker, Env, Relay, u16) {
-    let broker = tokio::task::block_in_place(KafkaBroker::start);
     let port = free_port();
     // A message timeout well beyond the pause: the hold is pure
     // backpressure, with no delivery failure or reconnect in it. Not much
@@ -78,7 +77,7 @@ async fn hold(
         "[relay]\n{limits}\n[kafka.properties]\n\"message.timeout.ms\" = \"60000\"\n{kafka_properties}\n\
          [metrics]\nlisten = \"127.0.0.1:{port}\"\n"
     );
-    let e = env(broker.bootstrap(), slot, &extra);
+    let (broker, e) = tokio::task::block_in_place(|| env_with_broker(slot, &extra));
     short_wal_sender_timeout(&e.pg);
     let relay = Relay::start_with_env(&e, vars);
     let pg = &e.pg;
@@ -274,8 +273,7 @@ async fn a_full_byte_window_stops_reading() {
 /// nothing from the stream. Its status updates must go on meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_lookup_on_a_hung_broker_keeps_the_walsender_alive() {
-    let broker = tokio::task::block_in_place(KafkaBroker::start);
-    let e = env(broker.bootstrap(), "bplookup", "");
+    let (broker, e) = tokio::task::block_in_place(|| env_with_broker("bplookup", ""));
     short_wal_sender_timeout(&e.pg);
     let relay = Relay::start(&e);
     let pg = &e.pg;

@@ -2,8 +2,8 @@
 //! every packet is dropped, no reset or FIN arrives, the server keeps its
 //! side open (the outage is shorter than its wal_sender_timeout). Writes go
 //! on meanwhile. The relay must notice on its own within
-//! `postgres.stream_timeout` (default 30 s), say so in its log and on
-//! `/readyz`, reconnect once the link heals, and lose nothing.
+//! `postgres.stream_timeout`, say so in its log and on `/readyz`, reconnect
+//! once the link heals, and lose nothing.
 
 use std::time::{Duration, Instant};
 
@@ -14,8 +14,14 @@ use crate::harness::proxy::Proxy;
 use crate::harness::relay::{confirmed_lsn, env, lsn_now, Relay};
 use crate::harness::wait::wait_for;
 
-/// postgres.stream_timeout's default, which the test leaves alone.
-const STREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// postgres.stream_timeout, shorter than its default (30 s) so the outage
+/// is short too; the relay probes a silent link at a third of it, so a
+/// healthy one is still never taken for dead.
+const STREAM_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// postgres.connect_timeout, shorter than its default (10 s): a reconnect
+/// attempt into the black hole must time out within the outage.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_black_holed_link_is_noticed_reported_and_recovered_without_loss() {
@@ -39,7 +45,17 @@ async fn a_black_holed_link_is_noticed_reported_and_recovered_without_loss() {
     );
     assert!(text.contains(&format!(":{}/", proxy.port())), "{text}");
     std::fs::write(&e.config, text).unwrap();
-    let relay = Relay::start(&e);
+    let (stream_timeout, connect_timeout) = (
+        format!("{}s", STREAM_TIMEOUT.as_secs()),
+        format!("{}s", CONNECT_TIMEOUT.as_secs()),
+    );
+    let relay = Relay::start_with_env(
+        &e,
+        &[
+            ("OUTBOXD_POSTGRES__STREAM_TIMEOUT", &stream_timeout),
+            ("OUTBOXD_POSTGRES__CONNECT_TIMEOUT", &connect_timeout),
+        ],
+    );
     let ready = |what: &str| {
         wait_for(what, Duration::from_secs(90), || {
             get(metrics_port, "/readyz").is_some_and(|(status, _)| status == 200)
@@ -112,15 +128,24 @@ async fn a_black_holed_link_is_noticed_reported_and_recovered_without_loss() {
     );
 
     // Stay dead a while longer: reconnect attempts meet the black hole too
-    // and must time out rather than hang (postgres.connect_timeout, 10 s).
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    // and must time out rather than hang (postgres.connect_timeout).
+    let timed_out = tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + CONNECT_TIMEOUT * 3 + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if relay.log().contains("(postgres.connect_timeout)") {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        false
+    });
+    assert!(
+        timed_out,
+        "no reconnect attempt timed out in the black hole:\n{}",
+        relay.log()
+    );
     let (status, body) = get(metrics_port, "/readyz").expect("/readyz answers");
     assert_eq!(status, 503, "still dead, yet ready: {body}");
-    let log = relay.log();
-    assert!(
-        log.contains("(postgres.connect_timeout)"),
-        "no reconnect attempt timed out in the black hole:\n{log}"
-    );
     let outage = cut.elapsed();
     proxy.heal();
 

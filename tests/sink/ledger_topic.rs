@@ -314,20 +314,24 @@ async fn an_entry_committed_behind_an_open_transaction_is_found_by_a_read_to_the
 }
 
 /// A transaction left open on the ledger topic for longer than a read to
-/// the end waits (30 s) fails the read with what holds it: the partition,
-/// the offset a `read_committed` reader stops at, the end it waited for,
-/// and the Kafka tool that names the producer.
+/// the end waits (30 s by default, 3 s here) fails the read with what holds
+/// it: the partition, the offset a `read_committed` reader stops at, the end
+/// it waited for, and the Kafka tool that names the producer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_held_by_an_open_transaction_names_the_partition_and_its_offsets() {
     use rdkafka::producer::Producer;
     let (l, a, other) = entries_around_an_open_transaction("ledger-held").await;
 
+    let started = std::time::Instant::now();
     let err = l
         .reader()
+        .clone()
+        .with_read_timeout(Duration::from_secs(3))
         .latest(&a, ReadTo::End)
         .await
         .unwrap_err()
         .to_string();
+    let waited = started.elapsed();
     tokio::task::spawn_blocking(move || other.abort_transaction(Duration::from_secs(30)))
         .await
         .unwrap()
@@ -335,8 +339,12 @@ async fn a_read_held_by_an_open_transaction_names_the_partition_and_its_offsets(
     // Offsets: 0 the first entry, 1 the open transaction's record, 2 the
     // second entry; the end is 3.
     assert!(
-        err.contains("not read to the end within 30s: partition 0 is readable to offset 1 of 3"),
+        err.contains("not read to the end within 3s: partition 0 is readable to offset 1 of 3"),
         "{err}"
+    );
+    assert!(
+        waited >= Duration::from_secs(3),
+        "the read gave up before its timeout ({waited:?}): {err}"
     );
     assert!(
         err.contains("describe-producers --topic ledger-held-"),
