@@ -6,12 +6,43 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+/// A free port on 127.0.0.1 for a server a test starts.
+///
+/// Not one the kernel hands out for port 0: that comes from the ephemeral
+/// range, which outgoing connections (every Kafka and PostgreSQL client of
+/// the suite) draw their local ports from too, so one of them could take it
+/// between this call and the listener's bind (CI, 2026-12-05: "cannot start
+/// the metrics endpoint on 127.0.0.1:35875 (metrics.listen): Address already
+/// in use"). Below that range only listeners take ports: each process walks
+/// its own stretch of it from a random start, and skips a port in use.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
+
+    const LOWEST: u32 = 10_000;
+    static RANGE: OnceLock<(u32, u32)> = OnceLock::new();
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let &(first, span) = RANGE.get_or_init(|| {
+        let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+            .unwrap_or(32_768);
+        let span = ephemeral_low.saturating_sub(LOWEST).max(1_000);
+        let start = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish() as u32
+            % span;
+        NEXT.store(start, Ordering::Relaxed);
+        (LOWEST, span)
+    });
+    for _ in 0..span {
+        let port = first + NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
+    panic!("no free port in {first}..{}", first + span)
 }
 
 /// `GET path` with a plain socket: (status, body), or None if nothing answers.

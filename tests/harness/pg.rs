@@ -22,6 +22,7 @@
 //! briefly). `client`/`client_as`/`batch` are async and need a tokio runtime.
 #![allow(dead_code)]
 
+use crate::harness::http::free_port;
 use std::fmt::Write as _;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -284,11 +285,6 @@ fn psql_binary() -> PathBuf {
         }
     }
     PathBuf::from("psql")
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
 }
 
 /// Quote an SQL identifier.
