@@ -14,6 +14,8 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaErrorCode;
 
+use super::admin_ffi::admin_result;
+
 pub use rd::rd_kafka_AclOperation_t as Operation;
 pub use rd::rd_kafka_ResourcePatternType_t as Pattern;
 pub use rd::rd_kafka_ResourceType_t as Resource;
@@ -138,35 +140,26 @@ fn create_acl(
             "AclBinding_new: {}",
             CStr::from_ptr(errstr.as_ptr()).to_string_lossy()
         );
-        let queue = rd::rd_kafka_queue_new(rk);
-        rd::rd_kafka_CreateAcls(rk, &mut binding, 1, std::ptr::null(), queue);
-        let event = rd::rd_kafka_queue_poll(queue, 30_000);
-        let outcome = if event.is_null() {
-            Err("no CreateAcls result within 30 s".to_owned())
-        } else if rd::rd_kafka_event_error(event)
-            != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-        {
-            Err(CStr::from_ptr(rd::rd_kafka_event_error_string(event))
-                .to_string_lossy()
-                .into_owned())
-        } else {
-            let result = rd::rd_kafka_event_CreateAcls_result(event);
-            let mut n = 0;
-            let acls = rd::rd_kafka_CreateAcls_result_acls(result, &mut n);
-            (0..n)
-                .map(|i| rd::rd_kafka_acl_result_error(*acls.add(i)))
-                .find(|e| !e.is_null())
-                .map_or(Ok(()), |e| {
-                    Err(format!(
-                        "{:?}",
-                        RDKafkaErrorCode::from(rd::rd_kafka_error_code(e))
-                    ))
-                })
-        };
-        if !event.is_null() {
-            rd::rd_kafka_event_destroy(event);
-        }
-        rd::rd_kafka_queue_destroy(queue);
+        let outcome = admin_result(
+            rk,
+            "CreateAcls",
+            30_000,
+            |queue| rd::rd_kafka_CreateAcls(rk, &mut binding, 1, std::ptr::null(), queue),
+            |event| {
+                let result = rd::rd_kafka_event_CreateAcls_result(event);
+                let mut n = 0;
+                let acls = rd::rd_kafka_CreateAcls_result_acls(result, &mut n);
+                (0..n)
+                    .map(|i| rd::rd_kafka_acl_result_error(*acls.add(i)))
+                    .find(|e| !e.is_null())
+                    .map_or(Ok(()), |e| {
+                        Err(format!(
+                            "{:?}",
+                            RDKafkaErrorCode::from(rd::rd_kafka_error_code(e))
+                        ))
+                    })
+            },
+        );
         rd::rd_kafka_AclBinding_destroy(binding);
         outcome
     };
@@ -262,42 +255,33 @@ pub fn remove_deny(
             "AclBindingFilter_new: {}",
             CStr::from_ptr(errstr.as_ptr()).to_string_lossy()
         );
-        let queue = rd::rd_kafka_queue_new(rk);
-        rd::rd_kafka_DeleteAcls(rk, &mut filter, 1, std::ptr::null(), queue);
-        let event = rd::rd_kafka_queue_poll(queue, 30_000);
-        let outcome = if event.is_null() {
-            Err("no DeleteAcls result within 30 s".to_owned())
-        } else if rd::rd_kafka_event_error(event)
-            != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-        {
-            Err(CStr::from_ptr(rd::rd_kafka_event_error_string(event))
-                .to_string_lossy()
-                .into_owned())
-        } else {
-            let result = rd::rd_kafka_event_DeleteAcls_result(event);
-            let mut n = 0;
-            let responses = rd::rd_kafka_DeleteAcls_result_responses(result, &mut n);
-            let mut deleted = 0;
-            let mut failed = None;
-            for i in 0..n {
-                let response = *responses.add(i);
-                let error = rd::rd_kafka_DeleteAcls_result_response_error(response);
-                if !error.is_null() {
-                    failed = Some(format!(
-                        "{:?}",
-                        RDKafkaErrorCode::from(rd::rd_kafka_error_code(error))
-                    ));
+        let outcome = admin_result(
+            rk,
+            "DeleteAcls",
+            30_000,
+            |queue| rd::rd_kafka_DeleteAcls(rk, &mut filter, 1, std::ptr::null(), queue),
+            |event| {
+                let result = rd::rd_kafka_event_DeleteAcls_result(event);
+                let mut n = 0;
+                let responses = rd::rd_kafka_DeleteAcls_result_responses(result, &mut n);
+                let mut deleted = 0;
+                let mut failed = None;
+                for i in 0..n {
+                    let response = *responses.add(i);
+                    let error = rd::rd_kafka_DeleteAcls_result_response_error(response);
+                    if !error.is_null() {
+                        failed = Some(format!(
+                            "{:?}",
+                            RDKafkaErrorCode::from(rd::rd_kafka_error_code(error))
+                        ));
+                    }
+                    let mut matching = 0;
+                    rd::rd_kafka_DeleteAcls_result_response_matching_acls(response, &mut matching);
+                    deleted += matching;
                 }
-                let mut matching = 0;
-                rd::rd_kafka_DeleteAcls_result_response_matching_acls(response, &mut matching);
-                deleted += matching;
-            }
-            failed.map_or(Ok(deleted), Err)
-        };
-        if !event.is_null() {
-            rd::rd_kafka_event_destroy(event);
-        }
-        rd::rd_kafka_queue_destroy(queue);
+                failed.map_or(Ok(deleted), Err)
+            },
+        );
         rd::rd_kafka_AclBinding_destroy(filter);
         outcome
     };

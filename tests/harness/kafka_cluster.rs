@@ -393,6 +393,7 @@ impl KafkaCluster {
     /// its first replica again. Says which partitions changed leader; panics
     /// as the tool fails, on any answer but that or "already led by it".
     pub fn elect_preferred_leaders(&self) -> String {
+        use super::admin_ffi::admin_result;
         use rdkafka::bindings as rd;
         use rdkafka::error::RDKafkaErrorCode;
         use std::ffi::CStr;
@@ -423,50 +424,43 @@ impl KafkaCluster {
                 errstr.as_mut_ptr(),
                 errstr.len(),
             );
-            let queue = rd::rd_kafka_queue_new(rk);
-            rd::rd_kafka_ElectLeaders(rk, elect, options, queue);
-            let event = rd::rd_kafka_queue_poll(queue, 60_000);
-            let outcome = if event.is_null() {
-                Err("no ElectLeaders result within 60 s".to_owned())
-            } else if rd::rd_kafka_event_error(event) != no_error {
-                Err(CStr::from_ptr(rd::rd_kafka_event_error_string(event))
-                    .to_string_lossy()
-                    .into_owned())
-            } else {
-                let result = rd::rd_kafka_event_ElectLeaders_result(event);
-                let mut n = 0;
-                let partitions = rd::rd_kafka_ElectLeaders_result_partitions(result, &mut n);
-                let (mut elected, mut failed) = (Vec::new(), Vec::new());
-                for i in 0..n {
-                    let r = *partitions.add(i);
-                    let tp = &*rd::rd_kafka_topic_partition_result_partition(r);
-                    let name = format!(
-                        "{}-{}",
-                        CStr::from_ptr(tp.topic).to_string_lossy(),
-                        tp.partition
-                    );
-                    let error = rd::rd_kafka_topic_partition_result_error(r);
-                    let code = if error.is_null() {
-                        no_error
-                    } else {
-                        rd::rd_kafka_error_code(error)
-                    };
-                    if code == no_error {
-                        elected.push(name);
-                    } else if code != not_needed {
-                        failed.push(format!("{name}: {:?}", RDKafkaErrorCode::from(code)));
+            let outcome = admin_result(
+                rk,
+                "ElectLeaders",
+                60_000,
+                |queue| rd::rd_kafka_ElectLeaders(rk, elect, options, queue),
+                |event| {
+                    let result = rd::rd_kafka_event_ElectLeaders_result(event);
+                    let mut n = 0;
+                    let partitions = rd::rd_kafka_ElectLeaders_result_partitions(result, &mut n);
+                    let (mut elected, mut failed) = (Vec::new(), Vec::new());
+                    for i in 0..n {
+                        let r = *partitions.add(i);
+                        let tp = &*rd::rd_kafka_topic_partition_result_partition(r);
+                        let name = format!(
+                            "{}-{}",
+                            CStr::from_ptr(tp.topic).to_string_lossy(),
+                            tp.partition
+                        );
+                        let error = rd::rd_kafka_topic_partition_result_error(r);
+                        let code = if error.is_null() {
+                            no_error
+                        } else {
+                            rd::rd_kafka_error_code(error)
+                        };
+                        if code == no_error {
+                            elected.push(name);
+                        } else if code != not_needed {
+                            failed.push(format!("{name}: {:?}", RDKafkaErrorCode::from(code)));
+                        }
                     }
-                }
-                if failed.is_empty() {
-                    Ok(elected)
-                } else {
-                    Err(failed.join(", "))
-                }
-            };
-            if !event.is_null() {
-                rd::rd_kafka_event_destroy(event);
-            }
-            rd::rd_kafka_queue_destroy(queue);
+                    if failed.is_empty() {
+                        Ok(elected)
+                    } else {
+                        Err(failed.join(", "))
+                    }
+                },
+            );
             rd::rd_kafka_AdminOptions_destroy(options);
             rd::rd_kafka_ElectLeaders_destroy(elect);
             outcome

@@ -26,6 +26,7 @@ use rdkafka::bindings as rd;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 
+use crate::harness::admin_ffi::admin_result;
 use crate::harness::http::free_port;
 use crate::harness::kafka::KafkaBroker;
 use crate::harness::kafka_acl::{allow, Operation, Pattern, Resource};
@@ -447,43 +448,45 @@ fn add_scram_user(
             std::ptr::null(),
             0,
         );
-        let queue = rd::rd_kafka_queue_new(rk);
-        rd::rd_kafka_AlterUserScramCredentials(rk, &mut alteration, 1, std::ptr::null(), queue);
-        let event = rd::rd_kafka_queue_poll(queue, 30_000);
-        let outcome = if event.is_null() {
-            Err("no AlterUserScramCredentials result within 30 s".to_owned())
-        } else if rd::rd_kafka_event_error(event)
-            != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-        {
-            Err(CStr::from_ptr(rd::rd_kafka_event_error_string(event))
-                .to_string_lossy()
-                .into_owned())
-        } else {
-            let result = rd::rd_kafka_event_AlterUserScramCredentials_result(event);
-            let mut n = 0;
-            let responses = rd::rd_kafka_AlterUserScramCredentials_result_responses(result, &mut n);
-            (0..n)
-                .map(|i| {
-                    rd::rd_kafka_AlterUserScramCredentials_result_response_error(*responses.add(i))
-                })
-                // A response carries an error object even on success.
-                .find(|e| {
-                    !e.is_null()
-                        && rd::rd_kafka_error_code(*e)
-                            != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-                })
-                .map_or(Ok(()), |e| {
-                    Err(
-                        CStr::from_ptr(rd::rd_kafka_error_string(e) as *const c_char)
-                            .to_string_lossy()
-                            .into_owned(),
-                    )
-                })
-        };
-        if !event.is_null() {
-            rd::rd_kafka_event_destroy(event);
-        }
-        rd::rd_kafka_queue_destroy(queue);
+        let outcome = admin_result(
+            rk,
+            "AlterUserScramCredentials",
+            30_000,
+            |queue| {
+                rd::rd_kafka_AlterUserScramCredentials(
+                    rk,
+                    &mut alteration,
+                    1,
+                    std::ptr::null(),
+                    queue,
+                )
+            },
+            |event| {
+                let result = rd::rd_kafka_event_AlterUserScramCredentials_result(event);
+                let mut n = 0;
+                let responses =
+                    rd::rd_kafka_AlterUserScramCredentials_result_responses(result, &mut n);
+                (0..n)
+                    .map(|i| {
+                        rd::rd_kafka_AlterUserScramCredentials_result_response_error(
+                            *responses.add(i),
+                        )
+                    })
+                    // A response carries an error object even on success.
+                    .find(|e| {
+                        !e.is_null()
+                            && rd::rd_kafka_error_code(*e)
+                                != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+                    })
+                    .map_or(Ok(()), |e| {
+                        Err(
+                            CStr::from_ptr(rd::rd_kafka_error_string(e) as *const c_char)
+                                .to_string_lossy()
+                                .into_owned(),
+                        )
+                    })
+            },
+        );
         rd::rd_kafka_UserScramCredentialAlteration_destroy(alteration);
         outcome
     };

@@ -1,6 +1,7 @@
 //! Real servers for the tests: private PostgreSQL clusters and a Kafka
 //! broker; `outboxd run` against them, events written and read back.
 
+pub mod admin_ffi;
 pub mod cargo;
 pub mod events;
 pub mod http;
