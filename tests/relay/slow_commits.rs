@@ -81,14 +81,8 @@ async fn exactly_once_keeps_up_with_a_broker_20ms_away() {
     // two seconds' events waited up to 1.7-2.4 s under load (its first
     // commit came 1.4 s after the first write), every later one under 1 s.
     let aggs = aggregates(40);
-    let warm_up = {
-        let url = e.pg.url("postgres", Some("postgres"), "app");
-        let (mut client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        write(&mut client, slot, &aggs, 10, &[1], 0).await
-    };
+    let mut client = e.pg.client_as("postgres", Some("postgres"), "app").await;
+    let warm_up = write(&mut client, slot, &aggs, 10, &[1], 0).await;
     tokio::task::block_in_place(|| {
         wait_for(
             "the warm-up events at the consumer",
@@ -172,13 +166,13 @@ async fn exactly_once_keeps_up_with_a_broker_20ms_away() {
     };
     // When the slow events committed, by second of the run: a stall shows
     // as one cluster, a steady excess as a spread.
-    let mut late_by_second: BTreeMap<i64, usize> = BTreeMap::new();
+    let mut slow_by_second: BTreeMap<i64, usize> = BTreeMap::new();
     for ((_, at), d) in sent.iter().zip(&delays) {
         if *d > MAX_DELAY_MS / 2 {
-            *late_by_second.entry((at - started_ms) / 1000).or_default() += 1;
+            *slow_by_second.entry((at - started_ms) / 1000).or_default() += 1;
         }
     }
-    let late_by_second: Vec<String> = late_by_second
+    let slow_by_second: Vec<String> = slow_by_second
         .iter()
         .map(|(s, n)| format!("{s}s:{n}"))
         .collect();
@@ -191,7 +185,7 @@ async fn exactly_once_keeps_up_with_a_broker_20ms_away() {
         pct(50),
         pct(99),
         MAX_DELAY_MS / 2,
-        late_by_second.join(" "),
+        slow_by_second.join(" "),
         max_lag_bytes as f64 / (1 << 20) as f64,
     );
     // Every event once, in per-key order, read_committed.
