@@ -211,8 +211,12 @@ trap 'exit 130' INT TERM
 log "starting PostgreSQL 15 and Kafka"
 # Side by side: neither needs the other until the first drain.
 servers_kafka_begin "$out/servers"
-servers_pg_start "$out/servers" 15 "shared_buffers = 256MB" "max_wal_size = 2GB" "max_replication_slots = 20" \
-  "max_wal_senders = 20"
+# The A/B creates three slots per round before its backlog (scripts/lib/ab.sh),
+# beside the systems' own: room for the larger round count and ten more.
+slots=$((3 * (ab_rounds_1 > ab_rounds_bulk ? ab_rounds_1 : ab_rounds_bulk) + 10))
+((slots >= 20)) || slots=20
+servers_pg_start "$out/servers" 15 "shared_buffers = 256MB" "max_wal_size = 2GB" "max_replication_slots = $slots" \
+  "max_wal_senders = $slots"
 servers_kafka_wait
 log "PostgreSQL on 127.0.0.1:$PG_PORT, Kafka at $KAFKA_BROKERS"
 
