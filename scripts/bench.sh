@@ -83,7 +83,7 @@
 #   BENCH_FLOOR_RATE=1000       rate of the latency phase (scripts/lib/floor.sh):
 #                               outboxd beside its floor, the producer alone ("" skips it)
 #   BENCH_FLOOR_SHAPES="1 10"   rows per transaction in the latency phase
-#   BENCH_FLOOR_WARMUP_S=5      seconds of an unmeasured pass of each relay before it
+#   BENCH_FLOOR_WARMUP_S=30     seconds of an unmeasured pass of each relay before it
 #   BENCH_FLOOR_S=30            seconds of each measured pass of the latency phase
 #   BENCH_FORMATS=""            value formats to compare (json first: the ratios are
 #                               to json), e.g. "json avro json-schema"; "" skips it.

@@ -17,7 +17,11 @@
 # stop_relay, put) and scripts/lib/ab.sh's $ab_base_bin and outboxd_toml.
 
 floor_shapes=${BENCH_FLOOR_SHAPES:-1 10}
-floor_warmup_s=${BENCH_FLOOR_WARMUP_S:-5}
+# 30 s, not 5: after 5 s passes the first relay measured still paid for the
+# warm-up, in 5 of 5 pairs on one host (1-row p99 1.1-4.3 ms above the
+# second, whichever binary went first); after 30 s passes it did not
+# (docs/benchmarks-journal.md, 2026-12-06).
+floor_warmup_s=${BENCH_FLOOR_WARMUP_S:-30}
 # Long enough that a stall of a few hundred ms at a pass's start, which every
 # system shows (the producer alone too), stays below its p99.
 floor_s=${BENCH_FLOOR_S:-30}
