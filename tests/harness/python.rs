@@ -118,6 +118,8 @@ pub fn write_avro(registry: &str, topic: &str, schema: &Value, values: &[Value])
 }
 
 /// Longest a reader may take: a few thousand records decode in seconds.
+/// The scripts dump their threads' stacks to stderr 30 s before it
+/// (tests/python/registry_client.py, `DUMP_AFTER_S`).
 const READER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// Runs `tests/python/<script>` on `request` (its stdin, as JSON) and reads
@@ -155,6 +157,11 @@ fn run_reader(script: &str, request: &Value, records: usize) -> Vec<Value> {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    // A request retried after a timeout (tests/python/registry_client.py)
+    // is said on stderr: shown with the test's output.
+    if !out.stderr.is_empty() {
+        eprintln!("{script}: {}", String::from_utf8_lossy(&out.stderr));
+    }
     let results: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()

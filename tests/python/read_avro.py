@@ -17,9 +17,10 @@ import json
 import sys
 import uuid
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+
+import registry_client
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -46,13 +47,13 @@ def plain(v):
 
 def main():
     request = json.load(sys.stdin)
-    client = SchemaRegistryClient({"url": request["registry"]})
+    client = registry_client.client(request["registry"])
     deserializer = AvroDeserializer(client)
     context = SerializationContext(request["topic"], MessageField.VALUE)
     for value in request["values"]:
         try:
             raw = bytes.fromhex(value)
-            datum = deserializer(raw, context)
+            datum = registry_client.call("deserialize", lambda: deserializer(raw, context))
             out = {"value": plain(datum), "schema_id": int.from_bytes(raw[1:5], "big")}
         except Exception as e:  # noqa: BLE001 - reported to the test
             out = {"error": f"{type(e).__name__}: {e}"}

@@ -12,20 +12,21 @@ stdout: one JSON object per value, in order:
 import json
 import sys
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+
+import registry_client
 
 
 def main():
     request = json.load(sys.stdin)
-    client = SchemaRegistryClient({"url": request["registry"]})
+    client = registry_client.client(request["registry"])
     deserializer = JSONDeserializer(None, schema_registry_client=client)
     context = SerializationContext(request["topic"], MessageField.VALUE)
     for value in request["values"]:
         try:
             raw = bytes.fromhex(value)
-            document = deserializer(raw, context)
+            document = registry_client.call("deserialize", lambda: deserializer(raw, context))
             out = {"value": document, "schema_id": int.from_bytes(raw[1:5], "big")}
         except Exception as e:  # noqa: BLE001 - reported to the test
             out = {"error": f"{type(e).__name__}: {e}"}

@@ -10,21 +10,22 @@ stdout: one JSON object per value, in order: {"framed": hex} or {"error": str}
 import json
 import sys
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+
+import registry_client
 
 
 def main():
     request = json.load(sys.stdin)
-    client = SchemaRegistryClient({"url": request["registry"]})
+    client = registry_client.client(request["registry"])
     serializer = AvroSerializer(
         client, request["schema"], conf={"auto.register.schemas": False}
     )
     context = SerializationContext(request["topic"], MessageField.VALUE)
     for value in request["values"]:
         try:
-            out = {"framed": serializer(value, context).hex()}
+            out = {"framed": registry_client.call("serialize", lambda: serializer(value, context)).hex()}
         except Exception as e:  # noqa: BLE001 - reported to the test
             out = {"error": f"{type(e).__name__}: {e}"}
         print(json.dumps(out))
