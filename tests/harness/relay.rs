@@ -55,10 +55,16 @@ pub fn env(brokers: &str, slot: &str, extra: &str) -> Env {
 /// pointing at it, started side by side rather than one after the other:
 /// the broker's JVM start is most of a test's setup.
 pub fn env_with_broker(slot: &str, extra: &str) -> (KafkaBroker, Env) {
+    env_with_broker_props(slot, extra, "")
+}
+
+/// [`env_with_broker`], with `broker_extra` in the broker's
+/// server.properties (e.g. a session that outlasts a pause).
+pub fn env_with_broker_props(slot: &str, extra: &str, broker_extra: &str) -> (KafkaBroker, Env) {
     // The config is written before the broker has its port.
     const PENDING: &str = "127.0.0.1:pending-broker";
     std::thread::scope(|s| {
-        let broker = s.spawn(KafkaBroker::start);
+        let broker = s.spawn(|| KafkaBroker::start_with(broker_extra));
         let e = env(PENDING, slot, extra);
         let broker = broker
             .join()

@@ -11,7 +11,9 @@ use crate::harness::events::{self, aggregates, payload_texts, verify, Sent};
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::KafkaBroker;
 use crate::harness::pg::PgCluster;
-use crate::harness::relay::{confirmed_lsn, env_with_broker, lsn_now, Env, Relay};
+use crate::harness::relay::{
+    confirmed_lsn, env_with_broker, env_with_broker_props, lsn_now, Env, Relay,
+};
 use crate::harness::wait::wait_for;
 
 /// Short, so that holding the walsender for four times as long proves the
@@ -271,9 +273,17 @@ async fn a_full_byte_window_stops_reading() {
 /// The first event for a topic makes the relay ask the broker about it; with
 /// the broker hung that waits up to the metadata timeout (10 s), reading
 /// nothing from the stream. Its status updates must go on meanwhile.
+///
+/// The broker's session outlasts the 8 s pause: with the harness's 3 s its
+/// controller, frozen with it, fences it on resume, and the test becomes
+/// one of a fenced broker (`relay::stuck_producer` has that one). With the
+/// 3 s session it failed once in CI: the topic had no metadata 60 s after
+/// the resume (the relay's log was not kept).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_lookup_on_a_hung_broker_keeps_the_walsender_alive() {
-    let (broker, e) = tokio::task::block_in_place(|| env_with_broker("bplookup", ""));
+    let (broker, e) = tokio::task::block_in_place(|| {
+        env_with_broker_props("bplookup", "", "broker.session.timeout.ms=30000")
+    });
     short_wal_sender_timeout(&e.pg);
     let relay = Relay::start(&e);
     let pg = &e.pg;
