@@ -25,16 +25,20 @@
 //!
 //! ```text
 //! bench_consume [--create-partitions P] [--ready-file F] [--idle-timeout-s S] [--ts-field F]
-//!               BROKERS COUNT TOPIC...
+//!               [--dump F] BROKERS COUNT TOPIC...
 //! ```
 //!
 //! `--create-partitions` creates missing topics first (so the consumer is
 //! attached before the first event is written); `--ready-file` is created
 //! once the partitions are assigned. The consumer gives up after
 //! `--idle-timeout-s` without a new record and reports what it got
-//! (`"complete":false`, exit status 1).
+//! (`"complete":false`, exit status 1). `--dump` writes one line per record,
+//! `start_us arrival_us record_ts_ms partition`, in arrival order: to see
+//! *when* the slow records came (a periodic stall is a relay's own work,
+//! scattered ones the host's scheduling).
 
 use std::collections::HashSet;
+use std::io::Write as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
@@ -64,6 +68,9 @@ struct Args {
     /// Measure latency from this payload field (epoch microseconds), not the record timestamp.
     #[arg(long)]
     ts_field: Option<String>,
+    /// Write one line per record to this file: start_us arrival_us record_ts_ms partition.
+    #[arg(long)]
+    dump: Option<std::path::PathBuf>,
     brokers: String,
     count: usize,
     #[arg(required = true)]
@@ -107,6 +114,10 @@ fn main() {
     let mut last_progress = Instant::now();
     let mut slow_at_us: Vec<i64> = Vec::new();
     let idle_timeout = Duration::from_secs(args.idle_timeout_s);
+    let mut dump = args
+        .dump
+        .as_ref()
+        .map(|path| std::io::BufWriter::new(std::fs::File::create(path).expect("dump file")));
     while latencies_ms.len() < args.count && last_progress.elapsed() < idle_timeout {
         let Some(result) = consumer.poll(Duration::from_millis(100)) else {
             continue;
@@ -134,6 +145,15 @@ fn main() {
             slow_at_us.push(arrival_us);
         }
         latencies_ms.push(latency_ms);
+        if let Some(out) = dump.as_mut() {
+            let ts_ms = message.timestamp().to_millis().unwrap_or(-1);
+            writeln!(
+                out,
+                "{start_us} {arrival_us} {ts_ms} {}",
+                message.partition()
+            )
+            .expect("dump write");
+        }
         // Also from the record timestamp, whatever --ts-field says: for
         // outboxd that is the commit time, so this is commit -> consumer.
         if let Some(ts_ms) = message.timestamp().to_millis() {
@@ -152,6 +172,9 @@ fn main() {
         }
     }
 
+    if let Some(mut out) = dump.take() {
+        out.flush().expect("dump flush");
+    }
     let count = latencies_ms.len();
     let first_arrival_us = first_arrival_us.unwrap_or(0);
     let span_s = (last_arrival_us - first_arrival_us) as f64 / 1e6;

@@ -85,6 +85,8 @@
 #   BENCH_FLOOR_SHAPES="1 10"   rows per transaction in the latency phase
 #   BENCH_FLOOR_WARMUP_S=30     seconds of an unmeasured pass of each relay before it
 #   BENCH_FLOOR_S=30            seconds of each measured pass of the latency phase
+#   BENCH_FLOOR_LOADED=1        also the floor beside the source: the producer while the
+#                               writers write and pg_recvlogical streams (0 skips it)
 #   BENCH_FORMATS=""            value formats to compare (json first: the ratios are
 #                               to json), e.g. "json avro json-schema"; "" skips it.
 #                               Only the formats: BENCH_FORMATS="json avro json-schema"
@@ -267,9 +269,13 @@ start_consumer() { # system atype count [topic] [ts_field: "-" = the record time
   local ready=$out/$1/$2.ready ts_field=${5:-t}
   local -a ts=(--ts-field "$ts_field")
   [[ $ts_field != - ]] || ts=()
+  # The latency phase keeps every record's times: when the slow ones came
+  # tells a relay's periodic work from the host's scheduling.
+  local -a dump=()
+  [[ $1 != lat ]] || dump=(--dump "$out/$1/$2.records")
   rm -f "$ready"
   "$bin/examples/bench_consume" --create-partitions "$partitions" --ready-file "$ready" --idle-timeout-s 60 \
-    "${ts[@]}" "$KAFKA_BROKERS" "$3" "${4:-outbox.event.$2}" >"$out/$1/$2.json" 2>"$out/$1/$2.consume.log" &
+    "${ts[@]}" "${dump[@]}" "$KAFKA_BROKERS" "$3" "${4:-outbox.event.$2}" >"$out/$1/$2.json" 2>"$out/$1/$2.consume.log" &
   consumer_pid=$!
   local _
   for _ in $(seq 1 300); do

@@ -8,6 +8,9 @@
 #     base      the A/B baseline's outboxd, the same (with --baseline only)
 #     floor     examples/bench_produce.rs: the relay's producer alone (linger 0)
 #               at the same pace and shape, no PostgreSQL
+#     loaded    the same producer while the writers write the same rows and
+#               pg_recvlogical streams them: the floor beside the source
+#               (BENCH_FLOOR_LOADED=0 skips it)
 #     receipt   pg_recvlogical on its own slot: write -> the walsender's bytes
 #               arriving, the source's share
 #   The same consumer (bench_consume --ts-field t) times head, base and floor
@@ -99,6 +102,33 @@ floor_phase() { # rate
     "$bin/examples/bench_produce" --rate "$rate" --txn "$txn" "$KAFKA_BROKERS" "$run" "$n" \
       2>>"$out/lat/$run.log" || failures+=("$run: bench_produce failed")
     wait_consumer lat "$run"
+
+    # The floor beside the source: the same producer while the writers
+    # write the same rows and pg_recvlogical streams them, so the host's
+    # cores carry what they carry under a relay, less the relay itself.
+    # The plain floor has the cores to itself and the broker; on a 2-core
+    # host the writers and the walsender alone raised its 1-row p99 by 3.6
+    # ms (docs/benchmarks-journal.md, 2026-12-06, morning).
+    if [[ ${BENCH_FLOOR_LOADED:-1} == 1 ]]; then
+      run=lat-loaded-$txn
+      servers_psql "$db" -c "SELECT pg_create_logical_replication_slot('lat_loaded', 'pgoutput')" >/dev/null
+      pg_recvlogical -d "$PG_URL_BASE/$db" -S lat_loaded --start --no-loop -f /dev/null \
+        -o proto_version=1 -o publication_names=outboxd 2>>"$out/lat/$run.log" &
+      local loaded_reader=$! producer_pid
+      start_consumer lat "$run" "$n" "$run"
+      "$bin/examples/bench_produce" --rate "$rate" --txn "$txn" "$KAFKA_BROKERS" "$run" "$n" \
+        2>>"$out/lat/$run.log" &
+      producer_pid=$!
+      write_events lat "$db" "$run-writers" "$txn" "$count" "$rate"
+      wait "$producer_pid" || failures+=("$run: bench_produce failed")
+      wait_consumer lat "$run"
+      kill "$loaded_reader" 2>/dev/null || true
+      wait "$loaded_reader" 2>/dev/null || true
+      servers_psql "$db" -c "SELECT pg_drop_replication_slot('lat_loaded')" >/dev/null 2>&1 || {
+        sleep 1
+        servers_psql "$db" -c "SELECT pg_drop_replication_slot('lat_loaded')" >/dev/null
+      }
+    fi
 
     run=lat-receipt-$txn
     servers_psql "$db" -c "SELECT pg_create_logical_replication_slot('lat_receipt', 'pgoutput')" >/dev/null
