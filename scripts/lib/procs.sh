@@ -7,26 +7,29 @@ port_in_use() { # port [host] -> 0 if something accepts connections on host:port
   (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null
 }
 
+# A port for a server to listen on. Not one the kernel hands out for port 0:
+# that comes from the ephemeral range, which every outgoing connection (the
+# suite's Kafka and PostgreSQL clients) draws its local port from too, so one
+# of them can take it before the server binds it (a stability run,
+# 2026-12-06: a broker's "Socket server failed to bind to 127.0.0.1:43137:
+# Address already in use"). Below that range only listeners take ports; the
+# test harness's free_port (tests/harness/http.rs) picks from there too.
 free_port() {
-  local p
-  if command -v python3 >/dev/null 2>&1 &&
-     p="$(python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()' 2>/dev/null)" && [[ -n "$p" ]]; then
+  local low=10000 high p _
+  high=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null) || high=
+  [[ $high =~ ^[0-9]+$ ]] && ((high > low + 1000)) || high=32768
+  for _ in $(seq 1 200); do
+    p=$((low + (RANDOM * 32768 + RANDOM) % (high - low)))
+    if command -v python3 >/dev/null 2>&1; then
+      python3 -c 'import socket, sys
+socket.socket().bind(("127.0.0.1", int(sys.argv[1])))' "$p" 2>/dev/null || continue
+    elif port_in_use "$p"; then
+      continue
+    fi
     echo "$p"
     return 0
-  fi
-  local _
-  for _ in $(seq 1 200); do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 30000 ))
-    if ! port_in_use "$p"; then
-      echo "$p"
-      return 0
-    fi
   done
-  die "no free port found"
+  die "no free port in $low..$high"
 }
 
 # A process that exists and is not a zombie. Orphaned JVMs are re-parented to PID 1, which
