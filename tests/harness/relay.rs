@@ -53,13 +53,10 @@ pub fn env(brokers: &str, slot: &str, extra: &str) -> Env {
 
 /// A private broker (for a test that pauses or kills it) and an [`env`]
 /// pointing at it, started side by side rather than one after the other:
-/// the broker's JVM start is most of a test's setup.
-pub fn env_with_broker(slot: &str, extra: &str) -> (KafkaBroker, Env) {
-    env_with_broker_props(slot, extra, "")
-}
-
-/// [`env_with_broker`], with `broker_extra` in the broker's
-/// server.properties (e.g. a session that outlasts a pause).
+/// the broker's JVM start is most of a test's setup. `broker_extra` goes
+/// into the broker's server.properties: a test that pauses the broker
+/// gives it a session that outlasts the pause (the harness's 3 s would
+/// have its frozen controller fence it at the resume).
 pub fn env_with_broker_props(slot: &str, extra: &str, broker_extra: &str) -> (KafkaBroker, Env) {
     // The config is written before the broker has its port.
     const PENDING: &str = "127.0.0.1:pending-broker";

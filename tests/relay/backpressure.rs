@@ -11,9 +11,7 @@ use crate::harness::events::{self, aggregates, payload_texts, verify, Sent};
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::KafkaBroker;
 use crate::harness::pg::PgCluster;
-use crate::harness::relay::{
-    confirmed_lsn, env_with_broker, env_with_broker_props, lsn_now, Env, Relay,
-};
+use crate::harness::relay::{confirmed_lsn, env_with_broker_props, lsn_now, Env, Relay};
 use crate::harness::wait::wait_for;
 
 /// Short, so that holding the walsender for four times as long proves the
@@ -70,16 +68,21 @@ async fn hold(
 ) -> (Held, Vec<Sent>, KafkaBroker, Env, Relay, u16) {
     let port = free_port();
     // A message timeout well beyond the pause: the hold is pure
-    // backpressure, with no delivery failure or reconnect in it. Not much
-    // beyond, though: resumed, the broker (whose controller froze with it)
-    // fences itself for a moment, and librdkafka may then not look for the
-    // partitions' leader again until its periodic metadata refresh; the
-    // timeout turns that into a reconnect.
+    // backpressure, with no delivery failure or reconnect in it.
     let extra = format!(
         "[relay]\n{limits}\n[kafka.properties]\n\"message.timeout.ms\" = \"60000\"\n{kafka_properties}\n\
          [metrics]\nlisten = \"127.0.0.1:{port}\"\n"
     );
-    let (broker, e) = tokio::task::block_in_place(|| env_with_broker(slot, &extra));
+    // The broker's session outlasts the 12 s pause. With the harness's 3 s
+    // its controller, frozen with it, fenced it for 40 ms at the resume
+    // (CI, 2026-12-06): the partitions had no leader for that moment, the
+    // relay's producer stayed stuck until its watchdog replaced it (12 s),
+    // and the harness's reader, made in that moment, read none of the
+    // topic's 551 records in 60 s while a client made later read them all.
+    // A fenced broker is `relay::stuck_producer`'s test, not this one's.
+    let (broker, e) = tokio::task::block_in_place(|| {
+        env_with_broker_props(slot, &extra, "broker.session.timeout.ms=30000")
+    });
     short_wal_sender_timeout(&e.pg);
     let relay = Relay::start_with_env(&e, vars);
     let pg = &e.pg;
@@ -275,10 +278,11 @@ async fn a_full_byte_window_stops_reading() {
 /// nothing from the stream. Its status updates must go on meanwhile.
 ///
 /// The broker's session outlasts the 8 s pause: with the harness's 3 s its
-/// controller, frozen with it, fences it on resume, and the test becomes
+/// controller, frozen with it, can fence it on resume, and the test becomes
 /// one of a fenced broker (`relay::stuck_producer` has that one). With the
 /// 3 s session it failed once in CI: the topic had no metadata 60 s after
-/// the resume (the relay's log was not kept).
+/// the resume (the relay's log was not kept; the hold tests above met a
+/// harness reader stuck the same way).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_lookup_on_a_hung_broker_keeps_the_walsender_alive() {
     let (broker, e) = tokio::task::block_in_place(|| {
