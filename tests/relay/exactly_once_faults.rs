@@ -137,7 +137,7 @@ async fn postmaster_sigkill_twice_under_load_repeats_nothing() {
     let took = load.started.elapsed();
     let sent = load.finish().await;
     block_in_place(|| {
-        caught_up(pg, slot, &relay);
+        caught_up(pg, slot, &relay, None);
         eprintln!("relay: {}", recoveries(&relay));
         verify_once(broker, pg, &e, &sent, "postmaster SIGKILL x2", took);
     });
@@ -184,7 +184,7 @@ async fn broker_sigstop_for_10_s_under_load_repeats_nothing() {
     let took = load.started.elapsed();
     let sent = load.finish().await;
     block_in_place(|| {
-        caught_up(pg, slot, &relay);
+        caught_up(pg, slot, &relay, Some(&broker));
         eprintln!("relay: {}", recoveries(&relay));
         verify_once(&broker, pg, &e, &sent, "broker SIGSTOP 10 s", took);
     });
@@ -243,7 +243,7 @@ async fn broker_sigkill_and_restart_under_load_repeats_nothing() {
     let took = load.started.elapsed();
     let sent = load.finish().await;
     block_in_place(|| {
-        caught_up(pg, slot, &relay);
+        caught_up(pg, slot, &relay, Some(&broker));
         eprintln!("relay: {}", recoveries(&relay));
         verify_once(&broker, pg, &e, &sent, "broker SIGKILL + restart", took);
     });
@@ -357,7 +357,7 @@ async fn a_dead_letter_copy_is_visible_together_with_the_rest_of_its_transaction
     });
     let took = started.elapsed();
     let (got, copies, entries) = block_in_place(|| {
-        caught_up(&e.pg, slot, &relay);
+        caught_up(&e.pg, slot, &relay, None);
         (
             broker.consume_to_end(data, Duration::from_secs(30)),
             broker.consume_to_end(dlq, Duration::from_secs(30)),
@@ -492,7 +492,7 @@ async fn failover_slot_and_promote_under_load_repeat_nothing() {
     let took = load.started.elapsed();
     let sent = load.finish().await;
     block_in_place(|| {
-        caught_up(&standby, slot, &relay);
+        caught_up(&standby, slot, &relay, None);
         eprintln!("relay: {}", recoveries(&relay));
         verify_once(broker, &standby, &e, &sent, "PostgreSQL 17 failover", took);
     });

@@ -9,6 +9,7 @@ use tokio::sync::{RwLock, RwLockWriteGuard};
 use tokio::task::{block_in_place, JoinHandle};
 
 use crate::harness::events::{aggregates, write, Sent};
+use crate::harness::kafka::KafkaBroker;
 use crate::harness::pg::PgCluster;
 use crate::harness::relay::{confirmed_lsn, lsn_now, Relay};
 use crate::harness::wait::wait_for;
@@ -133,8 +134,13 @@ impl Load {
     }
 }
 
-/// Waits until the relay confirmed `pg`'s slot to the end of its WAL.
-pub(super) fn caught_up(pg: &PgCluster, slot: &str, relay: &Relay) {
+/// Waits until the relay confirmed `pg`'s slot to the end of its WAL. With
+/// the test's private `broker`, a failure also shows what its transaction
+/// coordinator and controller logged: a transaction left open on the ledger
+/// partition (Kafka's KAFKA-20734, docs/guarantees.md) shows there as
+/// "Couldn't find leader endpoint ... likely deleted", and the broker's log
+/// goes with its temp dir.
+pub(super) fn caught_up(pg: &PgCluster, slot: &str, relay: &Relay, broker: Option<&KafkaBroker>) {
     let end = lsn_now(pg);
     let from = Instant::now();
     let deadline = from + Duration::from_secs(120);
@@ -142,9 +148,31 @@ pub(super) fn caught_up(pg: &PgCluster, slot: &str, relay: &Relay) {
         if Instant::now() >= deadline || relay.exited() {
             // The summary first: a CI report may keep only a message's head.
             let log = relay.log();
+            let broker_log = broker.map_or_else(String::new, |b| {
+                let text = b.log();
+                let lines: Vec<&str> = text
+                    .lines()
+                    .filter(|l| {
+                        [
+                            " WARN ",
+                            " ERROR ",
+                            "leader endpoint",
+                            "fenc",
+                            "Transaction",
+                        ]
+                        .iter()
+                        .any(|k| l.contains(k))
+                    })
+                    .map(|l| l.get(..400).unwrap_or(l))
+                    .collect::<Vec<_>>();
+                format!(
+                    "\nthe broker's warnings, fencing and transactions (last 40 lines):\n{}",
+                    lines[lines.len().saturating_sub(40)..].join("\n")
+                )
+            });
             panic!(
                 "the relay did not confirm {slot} to {end}: {}, confirmed {}, its log silent \
-                 for {:.0} s, {}; its last lines above DEBUG:\n{}\nits last lines:\n{}",
+                 for {:.0} s, {}; its last lines above DEBUG:\n{}\nits last lines:\n{}{broker_log}",
                 if relay.exited() {
                     "it exited"
                 } else {
