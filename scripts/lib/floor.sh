@@ -69,6 +69,15 @@ floor_relay_pass() { # head|base db txn count rate run
   servers_psql "$db" -c "SELECT pg_drop_replication_slot('$slot')" >/dev/null
 }
 
+# Drops a slot its pg_recvlogical just left: the walsender may not have
+# released it yet, so once more a second later.
+floor_drop_slot() { # db slot
+  servers_psql "$1" -c "SELECT pg_drop_replication_slot('$2')" >/dev/null 2>&1 || {
+    sleep 1
+    servers_psql "$1" -c "SELECT pg_drop_replication_slot('$2')" >/dev/null
+  }
+}
+
 floor_phase() { # rate
   local rate=$1 db=bench_lat txn count
   count=$((rate * floor_s))
@@ -124,10 +133,7 @@ floor_phase() { # rate
       wait_consumer lat "$run"
       kill "$loaded_reader" 2>/dev/null || true
       wait "$loaded_reader" 2>/dev/null || true
-      servers_psql "$db" -c "SELECT pg_drop_replication_slot('lat_loaded')" >/dev/null 2>&1 || {
-        sleep 1
-        servers_psql "$db" -c "SELECT pg_drop_replication_slot('lat_loaded')" >/dev/null
-      }
+      floor_drop_slot "$db" lat_loaded
     fi
 
     run=lat-receipt-$txn
@@ -150,10 +156,7 @@ floor_phase() { # rate
     wait "$reader_pid" 2>/dev/null || true
     grep -q '"complete": true' "$out/lat/$run.json" 2>/dev/null ||
       failures+=("$run: pg_recvlogical's reader failed ($(tail -n1 "$out/lat/$run.log"))")
-    servers_psql "$db" -c "SELECT pg_drop_replication_slot('lat_receipt')" >/dev/null 2>&1 || {
-      sleep 1
-      servers_psql "$db" -c "SELECT pg_drop_replication_slot('lat_receipt')" >/dev/null
-    }
+    floor_drop_slot "$db" lat_receipt
     log "$run: $(cat "$out/lat/$run.json")"
   done
   servers_psql postgres -c "DROP DATABASE $db"

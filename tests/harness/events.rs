@@ -378,18 +378,15 @@ pub fn verify_reading(
         let trail = event_trail(logs, &ids);
         // What the broker had to say about those topics, or about itself
         // (a fenced broker gives up its partitions for a while).
-        let broker_log: Vec<String> = broker
-            .log()
-            .lines()
-            .filter(|l| {
+        let broker_log = broker.log_lines(
+            |l| {
                 l.contains(" WARN ")
                     || l.contains(" ERROR ")
                     || l.contains("fenc")
                     || topics.iter().any(|t| l.contains(t))
-            })
-            .map(str::to_owned)
-            .collect();
-        let broker_log = broker_log[broker_log.len().saturating_sub(80)..].join("\n");
+            },
+            80,
+        );
         panic!(
             "{} of {} committed events missing from Kafka ({holes} are holes below a delivered sequence number), e.g. {example:?}{layout}\nrelay trail of the first missing ids {ids:?}:\n{trail}\nbroker log (warnings, fencing, those topics; last 80 lines):\n{broker_log}",
             missing.len(),

@@ -260,6 +260,18 @@ impl KafkaBroker {
         std::fs::read_to_string(self.dir.path().join("kafka.log")).unwrap_or_default()
     }
 
+    /// The last `last` lines of the broker log that `keep` accepts, each cut
+    /// to 400 bytes, for a failure message (the log goes with its temp dir).
+    pub fn log_lines(&self, keep: impl Fn(&str) -> bool, last: usize) -> String {
+        let text = self.log();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| keep(l))
+            .map(|l| l.get(..400).unwrap_or(l))
+            .collect();
+        lines[lines.len().saturating_sub(last)..].join("\n")
+    }
+
     /// SIGSTOP the JVM: connections stay open and the port still accepts (kernel backlog),
     /// but nothing is answered — a hung broker.
     pub fn pause(&self) {

@@ -149,25 +149,16 @@ pub(super) fn caught_up(pg: &PgCluster, slot: &str, relay: &Relay, broker: Optio
             // The summary first: a CI report may keep only a message's head.
             let log = relay.log();
             let broker_log = broker.map_or_else(String::new, |b| {
-                let text = b.log();
-                let lines: Vec<&str> = text
-                    .lines()
-                    .filter(|l| {
-                        [
-                            " WARN ",
-                            " ERROR ",
-                            "leader endpoint",
-                            "fenc",
-                            "Transaction",
-                        ]
-                        .iter()
-                        .any(|k| l.contains(k))
-                    })
-                    .map(|l| l.get(..400).unwrap_or(l))
-                    .collect::<Vec<_>>();
+                let keys = [
+                    " WARN ",
+                    " ERROR ",
+                    "leader endpoint",
+                    "fenc",
+                    "Transaction",
+                ];
                 format!(
                     "\nthe broker's warnings, fencing and transactions (last 40 lines):\n{}",
-                    lines[lines.len().saturating_sub(40)..].join("\n")
+                    b.log_lines(|l| keys.iter().any(|k| l.contains(k)), 40)
                 )
             });
             panic!(
