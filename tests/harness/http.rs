@@ -112,6 +112,22 @@ impl Scrape {
             .collect()
     }
 
+    /// The buckets of histogram `name`: each bound (`le`, as exported) and
+    /// its cumulative count, in the scrape's order.
+    pub fn buckets(&self, name: &str) -> Vec<(String, f64)> {
+        let series = format!("{name}_bucket");
+        self.series(&series)
+            .into_iter()
+            .map(|(labels, count)| {
+                let le = labels
+                    .split(',')
+                    .find_map(|l| l.strip_prefix("le=\""))
+                    .map_or("?", |l| l.trim_end_matches('"'));
+                (le.to_string(), count)
+            })
+            .collect()
+    }
+
     /// Metric names present (histogram series fold into their metric).
     pub fn names(&self) -> BTreeSet<String> {
         self.0

@@ -169,6 +169,19 @@ where
     })
 }
 
+/// The server.properties line for a broker that a test pauses for up to
+/// `pause`: its session with its controller outlasts the pause by 20 s. With
+/// the harness's 3 s session the controller, frozen in the same JVM, fences
+/// the broker at the resume; every partition is then without a leader for a
+/// moment, and librdkafka clients, the relay's producer and the harness's
+/// readers alike, can stay stuck after it ("new leader -1 not found in
+/// cache"). A test of loss or order under a pause must not turn into one of a
+/// fenced broker: `relay::stuck_producer` is that test.
+pub fn session_outlasting(pause: Duration) -> String {
+    let session = pause + Duration::from_secs(20);
+    format!("broker.session.timeout.ms={}\n", session.as_millis())
+}
+
 impl KafkaBroker {
     /// Starts a private broker on a free loopback port in a fresh temp dir and waits until it
     /// is ready. Panics with the script's output if it does not come up.
@@ -180,6 +193,12 @@ impl KafkaBroker {
     /// server.properties (later lines win), e.g. an authorizer.
     pub fn start_with(extra: &str) -> KafkaBroker {
         KafkaBroker::start_on(None, extra)
+    }
+
+    /// As [`start`](Self::start), for a test that pauses the broker for up
+    /// to `pause`: see [`session_outlasting`].
+    pub fn start_for_pauses_of(pause: Duration) -> KafkaBroker {
+        KafkaBroker::start_with(&session_outlasting(pause))
     }
 
     /// A broker that every client, itself included, reaches through

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::harness::events::{aggregates, payload_texts, verify, write};
 use crate::harness::http::{free_port, get, Scrape};
-use crate::harness::kafka::{shared, KafkaBroker};
-use crate::harness::relay::{env, lsn_now, Relay};
+use crate::harness::kafka::{session_outlasting, shared, KafkaBroker};
+use crate::harness::relay::{env, env_with_broker_props, lsn_now, Relay};
 use crate::harness::wait::{last_lines, wait_for, wait_for_or};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -100,7 +100,6 @@ fn showing(port: u16, relay: &Relay, broker: &KafkaBroker, timeline: &str) -> St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
-    let broker = tokio::task::block_in_place(KafkaBroker::start);
     let port = free_port();
     // A short message timeout turns the pause into a delivery failure and a
     // reconnect, so the failure series show up too.
@@ -110,7 +109,16 @@ async fn metrics_and_readiness_follow_a_paused_broker_and_its_recovery() {
          [metrics]\nlisten = \"127.0.0.1:{port}\"\nslot_sample_interval = \"1s\"\n\
          stall_threshold = \"3s\"\ndebezium_aliases = true\n"
     );
-    let e = env(broker.bootstrap(), "opsmetrics", &extra);
+    // Paused through the checks of the stall below, which allow it up to
+    // about 100 s (15 s until the message timeout, usually): a hung broker,
+    // not a fenced one.
+    let (broker, e) = tokio::task::block_in_place(|| {
+        env_with_broker_props(
+            "opsmetrics",
+            &extra,
+            &session_outlasting(Duration::from_secs(110)),
+        )
+    });
     let relay = Relay::start(&e);
     let log = || relay.log();
     let timeline = Timeline::new();

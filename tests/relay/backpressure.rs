@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::events::{self, aggregates, payload_texts, verify, Sent};
 use crate::harness::http::{free_port, get, Scrape};
-use crate::harness::kafka::KafkaBroker;
+use crate::harness::kafka::{session_outlasting, KafkaBroker};
 use crate::harness::pg::PgCluster;
 use crate::harness::relay::{confirmed_lsn, env_with_broker_props, lsn_now, Env, Relay};
 use crate::harness::wait::wait_for;
@@ -81,7 +81,7 @@ async fn hold(
     // topic's 551 records in 60 s while a client made later read them all.
     // A fenced broker is `relay::stuck_producer`'s test, not this one's.
     let (broker, e) = tokio::task::block_in_place(|| {
-        env_with_broker_props(slot, &extra, "broker.session.timeout.ms=30000")
+        env_with_broker_props(slot, &extra, &session_outlasting(Duration::from_secs(12)))
     });
     short_wal_sender_timeout(&e.pg);
     let relay = Relay::start_with_env(&e, vars);
@@ -286,7 +286,7 @@ async fn a_full_byte_window_stops_reading() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_lookup_on_a_hung_broker_keeps_the_walsender_alive() {
     let (broker, e) = tokio::task::block_in_place(|| {
-        env_with_broker_props("bplookup", "", "broker.session.timeout.ms=30000")
+        env_with_broker_props("bplookup", "", &session_outlasting(Duration::from_secs(8)))
     });
     short_wal_sender_timeout(&e.pg);
     let relay = Relay::start(&e);

@@ -14,10 +14,11 @@ use tokio::task::block_in_place;
 
 use super::faults::tail_lines;
 use crate::harness::events::{ledger_entries, payload_texts, verify_reading, ReadBack, Sent};
-use crate::harness::kafka::{shared, KafkaBroker, Record};
+use crate::harness::kafka::{session_outlasting, shared, KafkaBroker, Record};
 use crate::harness::pg::{pg_install, PgCluster};
 use crate::harness::relay::{
-    confirmed_lsn, edit_config, env, kill_postmaster, lsn_now, use_ledger_topic, Env, Relay,
+    confirmed_lsn, env, env_with_broker_props, kill_postmaster, lsn_now, use_ledger_topic, Env,
+    Relay,
 };
 use crate::harness::standby::{promote, start_standby, synchronize_standby_slot};
 use crate::harness::wait::wait_for;
@@ -26,37 +27,17 @@ use load::{caught_up, confirmations, recoveries, Load};
 /// The mode under test.
 const DELIVERY: &str = "exactly-once";
 
-/// Broker settings under which a 10 s pause does not get the broker fenced
-/// by its controller (the harness's session is 3 s), so its partitions keep
-/// their leader (see `broker_sigstop_for_10_s_under_load_repeats_nothing`).
-const KEEPS_LEADERS_THROUGH_A_PAUSE: &str = "broker.session.timeout.ms=30000";
-
-/// As [`KEEPS_LEADERS_THROUGH_A_PAUSE`], for a 3 s stall, and no longer:
-/// with 30 s a broker restarted after a kill took 33 s to start (11-12 s
-/// with 9 s), as if it could register again only once the killed one's
-/// session had run out.
+/// Broker settings under which a 3 s stall does not get the broker fenced by
+/// its controller (the harness's session is 3 s), so its partitions keep
+/// their leader (see `broker_sigstop_for_10_s_under_load_repeats_nothing`),
+/// and no longer than that: with 30 s a broker restarted after a kill took
+/// 33 s to start (11-12 s with 9 s), as if it could register again only once
+/// the killed one's session had run out.
 const KEEPS_LEADERS_THROUGH_A_STALL: &str = "broker.session.timeout.ms=9000";
 
 /// The `[relay]` section: the mode, a short reconnect backoff, and `extra`.
 fn relay_config(extra: &str) -> String {
     format!("[relay]\ndelivery = \"{DELIVERY}\"\nreconnect_backoff_max = \"1s\"\n{extra}")
-}
-
-/// A dedicated broker with `broker_extra` in its server.properties, and an
-/// env for `slot` on it: the broker (a JVM, seconds) starts while the
-/// database does, the config naming a stand-in address until it is up.
-fn broker_and_env(broker_extra: &'static str, slot: &str, extra: &str) -> (KafkaBroker, Env) {
-    const PENDING: &str = "broker-still-starting:9092";
-    let started = Instant::now();
-    let starting = std::thread::spawn(move || KafkaBroker::start_with(broker_extra));
-    let e = env(PENDING, slot, extra);
-    let broker = starting.join().expect("the broker started");
-    edit_config(&e, PENDING, broker.bootstrap());
-    eprintln!(
-        "broker and database up in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    (broker, e)
 }
 
 /// Reads every topic of `sent` back `read_committed`; fails on a missing or
@@ -161,10 +142,10 @@ async fn broker_sigstop_for_10_s_under_load_repeats_nothing() {
     let timeout = "[kafka.properties]\n\"message.timeout.ms\" = \"5000\"\n\
                    \"socket.timeout.ms\" = \"5000\"\n";
     let (broker, e) = block_in_place(|| {
-        broker_and_env(
-            KEEPS_LEADERS_THROUGH_A_PAUSE,
+        env_with_broker_props(
             slot,
             &format!("{}{timeout}", relay_config("")),
+            &session_outlasting(Duration::from_secs(10)),
         )
     });
     let relay = Relay::start(&e);
@@ -210,10 +191,10 @@ async fn broker_sigkill_and_restart_under_load_repeats_nothing() {
     let timeout = "[kafka.properties]\n\"message.timeout.ms\" = \"5000\"\n\
                    \"socket.timeout.ms\" = \"5000\"\n";
     let (mut broker, e) = block_in_place(|| {
-        broker_and_env(
-            KEEPS_LEADERS_THROUGH_A_STALL,
+        env_with_broker_props(
             slot,
             &format!("{}{timeout}", relay_config("")),
+            KEEPS_LEADERS_THROUGH_A_STALL,
         )
     });
     let relay = Relay::start(&e);

@@ -26,18 +26,22 @@ use std::time::Duration;
 
 use super::faults::{commit_end_by_id, join, spawn_writers};
 use crate::harness::events::{aggregates, ledger_entries, now_ms, payload_texts, verify, write};
-use crate::harness::kafka::KafkaBroker;
-use crate::harness::relay::{confirmed_lsn, env, lsn_now, use_ledger_topic, Relay};
+use crate::harness::kafka::{session_outlasting, KafkaBroker};
+use crate::harness::relay::{
+    confirmed_lsn, env, env_with_broker_props, lsn_now, use_ledger_topic, Relay,
+};
 use crate::harness::wait::wait_for;
 
 const APPEND_TIME: (&str, &str) = ("message.timestamp.type", "LogAppendTime");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ledger_entries_never_lead_the_acks_with_the_broker_paused() {
-    let broker = tokio::task::block_in_place(KafkaBroker::start);
     let slot = "ledgeracks";
     let ledger_topic = format!("{slot}-ledger");
-    let e = env(broker.bootstrap(), slot, "");
+    // Paused for 8 s: a hung broker, not a fenced one (`session_outlasting`).
+    let (broker, e) = tokio::task::block_in_place(|| {
+        env_with_broker_props(slot, "", &session_outlasting(Duration::from_secs(10)))
+    });
     use_ledger_topic(&e, &ledger_topic);
     tokio::task::block_in_place(|| {
         for kind in ["payment", "order"] {
@@ -89,11 +93,10 @@ async fn ledger_entries_never_lead_the_acks_with_the_broker_paused() {
             write(&mut client, &slot, &aggs, 2_000, &[1, 10, 50], 0).await
         })
     };
-    // At the resume the broker's own controller often fences it for the
-    // heartbeats it missed (seen after 8 s pauses too); librdkafka then finds
-    // no leader and waits out `message.timeout.ms` (30 s) before the relay
-    // reconnects (the ledger's writer replaces its producer sooner, after
-    // `kafka.ledger_write_timeout`). The waits below allow for that.
+    // The broker keeps its session through the pause. With the harness's
+    // 3 s its own controller often fenced it at the resume, and librdkafka
+    // found no leader until its producers were replaced: a fenced broker is
+    // `relay::stuck_producer`'s test.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let received_in_pause = lsn_now(pg);
     broker.resume();

@@ -141,9 +141,10 @@ fn peak_rss_through_a_drain_of_1_row_transactions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement: a 60 s broker outage under load"]
 async fn peak_rss_through_a_60_s_broker_outage_under_load() {
-    let broker = tokio::task::spawn_blocking(KafkaBroker::start)
-        .await
-        .unwrap();
+    let broker =
+        tokio::task::spawn_blocking(|| KafkaBroker::start_for_pauses_of(Duration::from_secs(60)))
+            .await
+            .unwrap();
     let e = env(broker.bootstrap(), "memoutage", "");
     let relay = Relay::start(&e);
     let client = e.pg.client("app").await;

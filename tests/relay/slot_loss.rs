@@ -17,10 +17,10 @@ use crate::harness::events::{
     aggregates, ledger_entries, payload_texts, verify_reading, write, Copies, ReadBack, Sent,
     Verdict,
 };
-use crate::harness::kafka::{shared, KafkaBroker};
+use crate::harness::kafka::{session_outlasting, shared};
 use crate::harness::relay::{
-    backfill_from, confirmed_lsn, env, lsn_now, named_since, relayed_then_stopped,
-    use_ledger_topic, Env, Relay,
+    backfill_from, confirmed_lsn, env, env_with_broker_props, lsn_now, named_since,
+    relayed_then_stopped, use_ledger_topic, Env, Relay,
 };
 use crate::harness::standby::{promote, start_standby};
 use crate::harness::wait::wait_for;
@@ -235,13 +235,16 @@ pub(super) async fn failover_without_a_failover_slot(
     relay_extra: &str,
     read: ReadBack,
 ) -> usize {
-    let broker = tokio::task::block_in_place(KafkaBroker::start);
     let ledger_topic = format!("{slot}-ledger");
-    let e = env(
-        broker.bootstrap(),
-        slot,
-        &format!("[relay]\nreconnect_backoff_max = \"1s\"\n{relay_extra}"),
-    );
+    // Kafka is paused through the failover below (its waits allow 60 s for
+    // the standby's replay); a hung broker, not a fenced one.
+    let (broker, e) = tokio::task::block_in_place(|| {
+        env_with_broker_props(
+            slot,
+            &format!("[relay]\nreconnect_backoff_max = \"1s\"\n{relay_extra}"),
+            &session_outlasting(Duration::from_secs(90)),
+        )
+    });
     use_ledger_topic(&e, &ledger_topic);
     let mut standby = tokio::task::block_in_place(|| start_standby(&e.pg, "standby1"));
     let pg = &e.pg;

@@ -235,16 +235,9 @@ fn transactions(metrics: u16) -> String {
     // The commit histogram, cumulative per bound: where a commit's time
     // goes when the consumer waits.
     let buckets: Vec<String> = s
-        .series("outboxd_kafka_transaction_commit_seconds_bucket")
+        .buckets("outboxd_kafka_transaction_commit_seconds")
         .iter()
-        .map(|(labels, n)| {
-            let le = labels
-                .split(',')
-                .find_map(|l| l.strip_prefix("le=\""))
-                .map(|l| l.trim_end_matches('"'))
-                .unwrap_or("?");
-            format!("<={le}s:{n}")
-        })
+        .map(|(le, n)| format!("<={le}s:{n}"))
         .collect();
     format!(
         "{count} Kafka transactions, {:.1} events and {:.0} ms per commit on average, commits \
