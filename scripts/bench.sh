@@ -61,6 +61,9 @@
 #   BENCH_DBZ_POLL_MS=500       Debezium poll.interval.ms (its default)
 #   BENCH_DBZ_FLUSH_MS=60000    Kafka Connect offset.flush.interval.ms (its default)
 #   BENCH_DBZ_HEAP="-Xms256m -Xmx1g"   Kafka Connect JVM heap
+#   BENCH_KAFKA_HEAP="-Xms1g -Xmx1g"   the broker's JVM heap (the tests' brokers
+#                               have 128 MiB to start: young collections every
+#                               second would be in every latency p99)
 #   BENCH_DIR=target/bench      work dir (wiped at start)
 #   BENCH_PLOT_DIR=docs/benchmarks     where the PNGs go
 #   BENCH_SKIP_BUILD=1          use the binaries already in target/release
@@ -130,6 +133,8 @@ poll_ms=${BENCH_POLL_INTERVAL_MS:-1000}
 dbz_poll_ms=${BENCH_DBZ_POLL_MS:-500}
 dbz_flush_ms=${BENCH_DBZ_FLUSH_MS:-60000}
 dbz_heap=${BENCH_DBZ_HEAP:--Xms256m -Xmx1g}
+# scripts/kafka.sh reads KAFKA_HEAP when the servers start (scripts/lib/servers.sh).
+export KAFKA_HEAP=${BENCH_KAFKA_HEAP:--Xms1g -Xmx1g}
 out=${BENCH_DIR:-$root/target/bench}
 plot_dir=${BENCH_PLOT_DIR:-$root/docs/benchmarks}
 partitions=6
