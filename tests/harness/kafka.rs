@@ -94,9 +94,15 @@ fn run_script(args: &[&str]) -> String {
 
 /// [`run_script`] with `extra` server properties (`KAFKA_EXTRA_PROPERTIES`).
 fn run_script_with(args: &[&str], extra: &str) -> String {
+    run_script_env(args, extra, &[])
+}
+
+/// [`run_script_with`] with further environment variables.
+fn run_script_env(args: &[&str], extra: &str, vars: &[(&str, &str)]) -> String {
     let mut cmd = Command::new("bash");
     cmd.arg(script()).args(args);
     cmd.env("KAFKA_EXTRA_PROPERTIES", extra);
+    cmd.envs(vars.iter().copied());
     cmd.env("KAFKA_PARENT_PID", std::process::id().to_string());
     // If this process dies without running Drop (SIGKILL, abort, or the never-dropped shared
     // broker), the script's watchdog stops the JVM and removes its temp dir.
@@ -192,7 +198,19 @@ impl KafkaBroker {
     /// As [`start`](Self::start), with `extra` lines appended to the broker's
     /// server.properties (later lines win), e.g. an authorizer.
     pub fn start_with(extra: &str) -> KafkaBroker {
-        KafkaBroker::start_on(None, extra)
+        KafkaBroker::start_on(None, extra, &[])
+    }
+
+    /// As [`start_with`](Self::start_with), with its controller in a JVM of
+    /// its own (`KAFKA_SEPARATE_CONTROLLER`), as production runs them: a
+    /// [`kill`](Self::kill) leaves the controller running, so it fences the
+    /// dead broker once its session is over, and a
+    /// [`restart`](Self::restart) starts only the broker. A single node that
+    /// is killed takes its controller with it, and when it comes back its
+    /// controller fences the killed incarnation only once that session has
+    /// run out, while the restarted broker may already lead its partitions.
+    pub fn start_with_own_controller(extra: &str) -> KafkaBroker {
+        KafkaBroker::start_on(None, extra, &[("KAFKA_SEPARATE_CONTROLLER", "1")])
     }
 
     /// As [`start`](Self::start), for a test that pauses the broker for up
@@ -206,7 +224,7 @@ impl KafkaBroker {
     /// proxy forwards.
     pub fn start_behind(proxy_port: u16, port: u16) -> KafkaBroker {
         let extra = format!("advertised.listeners=PLAINTEXT://127.0.0.1:{proxy_port}\n");
-        let mut broker = KafkaBroker::start_on(Some(port), &extra);
+        let mut broker = KafkaBroker::start_on(Some(port), &extra, &[]);
         broker.bootstrap = format!("127.0.0.1:{proxy_port}");
         broker
     }
@@ -227,12 +245,12 @@ impl KafkaBroker {
              inter.broker.listener.name=INTERNAL\n\
              listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT\n"
         );
-        let mut broker = KafkaBroker::start_on(Some(port), &extra);
+        let mut broker = KafkaBroker::start_on(Some(port), &extra, &[]);
         broker.bootstrap = format!("127.0.0.1:{proxy_port}");
         broker
     }
 
-    fn start_on(port: Option<u16>, extra: &str) -> KafkaBroker {
+    fn start_on(port: Option<u16>, extra: &str, vars: &[(&str, &str)]) -> KafkaBroker {
         let dir = tempfile::Builder::new()
             .prefix("outboxd-kafka-")
             .tempdir()
@@ -241,7 +259,7 @@ impl KafkaBroker {
         let port = port.map(|p| p.to_string());
         let mut args = vec!["start", dir_str.as_str()];
         args.extend(port.as_deref());
-        let bootstrap = run_script_with(&args, extra);
+        let bootstrap = run_script_env(&args, extra, vars);
         assert!(
             bootstrap.starts_with("127.0.0.1:"),
             "unexpected output from scripts/kafka.sh start: {bootstrap:?}"

@@ -58,10 +58,19 @@ pub fn env(brokers: &str, slot: &str, extra: &str) -> Env {
 /// gives it a session that outlasts the pause (the harness's 3 s would
 /// have its frozen controller fence it at the resume).
 pub fn env_with_broker_props(slot: &str, extra: &str, broker_extra: &str) -> (KafkaBroker, Env) {
+    env_with_broker_from(slot, extra, || KafkaBroker::start_with(broker_extra))
+}
+
+/// As [`env_with_broker_props`], with the broker `start` starts.
+pub fn env_with_broker_from(
+    slot: &str,
+    extra: &str,
+    start: impl FnOnce() -> KafkaBroker + Send,
+) -> (KafkaBroker, Env) {
     // The config is written before the broker has its port.
     const PENDING: &str = "127.0.0.1:pending-broker";
     std::thread::scope(|s| {
-        let broker = s.spawn(|| KafkaBroker::start_with(broker_extra));
+        let broker = s.spawn(start);
         let e = env(PENDING, slot, extra);
         let broker = broker
             .join()
