@@ -213,12 +213,6 @@ impl KafkaBroker {
         KafkaBroker::start_on(None, extra, &[("KAFKA_SEPARATE_CONTROLLER", "1")])
     }
 
-    /// As [`start`](Self::start), for a test that pauses the broker for up
-    /// to `pause`: see [`session_outlasting`].
-    pub fn start_for_pauses_of(pause: Duration) -> KafkaBroker {
-        KafkaBroker::start_with(&session_outlasting(pause))
-    }
-
     /// A broker that every client, itself included, reaches through
     /// `proxy_port` (its advertised listener), listening on `port`, where the
     /// proxy forwards.

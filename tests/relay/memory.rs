@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::kafka::{shared, KafkaBroker};
+use crate::harness::kafka::{session_outlasting, shared, KafkaBroker};
 use crate::harness::relay::{confirmed_lsn, env, lsn_now, Relay};
 use crate::harness::wait::wait_for;
 
@@ -141,10 +141,11 @@ fn peak_rss_through_a_drain_of_1_row_transactions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement: a 60 s broker outage under load"]
 async fn peak_rss_through_a_60_s_broker_outage_under_load() {
-    let broker =
-        tokio::task::spawn_blocking(|| KafkaBroker::start_for_pauses_of(Duration::from_secs(60)))
-            .await
-            .unwrap();
+    let broker = tokio::task::spawn_blocking(|| {
+        KafkaBroker::start_with(&session_outlasting(Duration::from_secs(60)))
+    })
+    .await
+    .unwrap();
     let e = env(broker.bootstrap(), "memoutage", "");
     let relay = Relay::start(&e);
     let client = e.pg.client("app").await;
