@@ -8,6 +8,7 @@
 //!
 //! ```text
 //! bench_produce BROKERS TOPIC COUNT --rate R --txn N
+//! bench_produce BROKERS TOPIC COUNT --through-source [--ready-file F] < pg_recvlogical's pgoutput stream
 //! ```
 //!
 //! Sends COUNT records in bursts of N (one burst per "transaction", keys as
@@ -17,7 +18,17 @@
 //! the next ones back. Each payload is the bench's
 //! 374-byte JSON with `t` = the clock when its burst started, in
 //! microseconds. Waits for every delivery report; exits 1 on a failed one.
+//!
+//! With `--through-source` it paces nothing and makes up nothing: it reads
+//! `pg_recvlogical -f -` (pgoutput) on stdin and sends each of the first
+//! COUNT outbox payloads as soon as its bytes arrive, unchanged, keyed by its
+//! row's aggregate. That is the floor through the source: PostgreSQL's
+//! hand-over to a replication client in series with the producer alone, per
+//! record, which is the least any pgoutput relay's latency can be on the
+//! host. It is not a relay: no decoding, no ordering beyond arrival, no
+//! acknowledgement to the slot (pg_recvlogical confirms what it received).
 
+use std::io::Read;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
@@ -32,11 +43,19 @@ const AGGREGATES: u64 = 200;
 #[command(about = "The relay's producer alone, at the bench's pace: the latency floor")]
 struct Args {
     /// Events per second.
-    #[arg(long)]
+    #[arg(long, default_value_t = 0)]
     rate: u64,
     /// Records per burst (the rows of one transaction).
     #[arg(long, default_value_t = 1)]
     txn: u64,
+    /// Send the payloads of the pgoutput stream on stdin as they arrive,
+    /// instead of making them up at --rate.
+    #[arg(long)]
+    through_source: bool,
+    /// A file to create once the producer is connected, before anything
+    /// is sent (with --through-source: before the writers may start).
+    #[arg(long)]
+    ready_file: Option<std::path::PathBuf>,
     brokers: String,
     topic: String,
     count: u64,
@@ -45,8 +64,8 @@ struct Args {
 fn main() {
     let args = Args::parse();
     assert!(
-        args.rate > 0 && args.txn > 0,
-        "--rate and --txn must be positive"
+        args.through_source || (args.rate > 0 && args.txn > 0),
+        "--rate and --txn must be positive (or --through-source given)"
     );
     let mut kafka = KafkaConfig::default();
     kafka.properties.insert("linger.ms".into(), "0".into());
@@ -65,6 +84,14 @@ fn main() {
         std::process::exit(1);
     }
     std::thread::sleep(Duration::from_millis(200));
+    if let Some(ready) = &args.ready_file {
+        std::fs::write(ready, b"").expect("the ready file");
+    }
+    if args.through_source {
+        let (sent, acked) = forward_stdin(&runtime, &mut sink, &args.topic, args.count);
+        wait_reports(&runtime, &mut sink, acked, sent);
+        return;
+    }
     let bursts = args.count.div_ceil(args.txn);
     let mean_gap_s = args.txn as f64 / args.rate as f64;
     let mut due = Instant::now();
@@ -107,9 +134,131 @@ fn main() {
             sent += 1;
         }
     }
+    wait_reports(&runtime, &mut sink, acked, sent);
+}
+
+fn wait_reports(
+    runtime: &tokio::runtime::Runtime,
+    sink: &mut KafkaSink,
+    mut acked: u64,
+    sent: u64,
+) {
     while acked < sent {
-        acked += take_report(&runtime, &mut sink);
+        acked += take_report(runtime, sink);
     }
+}
+
+/// Sends the first `count` outbox payloads of the pgoutput stream on stdin,
+/// each as soon as the read that completes it returns. Returns how many it
+/// sent and how many reports it took; exits 1 if the stream ends before
+/// `count`.
+fn forward_stdin(
+    runtime: &tokio::runtime::Runtime,
+    sink: &mut KafkaSink,
+    topic: &str,
+    count: u64,
+) -> (u64, u64) {
+    let mut stdin = std::io::stdin().lock();
+    let mut buffer = Vec::with_capacity(1 << 16);
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut sent = 0u64;
+    let mut acked = 0u64;
+    while sent < count {
+        let n = match stdin.read(&mut chunk) {
+            Ok(0) => {
+                eprintln!("bench_produce: the stream ended after {sent} of {count} payloads");
+                std::process::exit(1);
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                eprintln!("bench_produce: reading stdin: {e}");
+                std::process::exit(1);
+            }
+        };
+        buffer.extend_from_slice(&chunk[..n]);
+        let mut used = 0;
+        while sent < count {
+            let Some(found) = next_payload(&buffer[used..]) else {
+                break;
+            };
+            let (start, end) = (used + found.start, used + found.end);
+            let key = payload_key(&buffer[start..end]).to_string();
+            let id = sent.to_string();
+            let headers = [("id", Some(id.as_bytes()))];
+            loop {
+                match sink.send(
+                    sent,
+                    topic,
+                    Some(key.as_bytes()),
+                    Some(&buffer[start..end]),
+                    &headers,
+                    None,
+                ) {
+                    Ok(()) => break,
+                    Err(outboxd::sink::SendError::QueueFull) => {
+                        acked += take_report(runtime, sink);
+                    }
+                    Err(e) => {
+                        eprintln!("bench_produce: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+            sent += 1;
+            used = end;
+        }
+        // Keep what may be the start of a payload cut by this read.
+        let keep_from = match find(&buffer[used..], PAYLOAD_START) {
+            Some(at) => used + at.saturating_sub(4),
+            None => buffer
+                .len()
+                .saturating_sub(PAYLOAD_START.len() + 4)
+                .max(used),
+        };
+        buffer.drain(..keep_from);
+    }
+    (sent, acked)
+}
+
+/// How the bench's payload starts in pgoutput's text of the row (jsonb
+/// prints its shortest key first).
+const PAYLOAD_START: &[u8] = b"{\"t\": ";
+
+/// The byte range of the next whole payload in `data`: pgoutput sends a
+/// column's text after its 4-byte big-endian length.
+fn next_payload(data: &[u8]) -> Option<std::ops::Range<usize>> {
+    let mut from = 0;
+    loop {
+        let at = from + find(&data[from..], PAYLOAD_START)?;
+        if at >= 4 {
+            let len = u32::from_be_bytes(data[at - 4..at].try_into().expect("4 bytes")) as usize;
+            if (PAYLOAD_START.len()..=PAYLOAD_BYTES * 4).contains(&len) {
+                return (at + len <= data.len()).then_some(at..at + len);
+            }
+        }
+        from = at + 1;
+    }
+}
+
+/// The row's aggregate, as the writers compute it: (agg + g) % 200, where
+/// the payload carries agg as "customer": "c-AGG" and g as the last eight
+/// digits of "orderId".
+fn payload_key(payload: &[u8]) -> u64 {
+    let field = |name: &[u8]| -> u64 {
+        let at = find(payload, name).map_or(payload.len(), |at| at + name.len());
+        payload[at..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .fold(0, |n, b| n * 10 + u64::from(b - b'0'))
+    };
+    let agg = field(b"\"customer\": \"c-");
+    let g = field(b"\"orderId\": \"") % 100_000_000;
+    (agg + g) % AGGREGATES
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The writers' `random(...)` without a dependency.
@@ -161,4 +310,33 @@ fn now_us() -> i64 {
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
         .as_micros() as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pgoutput column as the walsender sends it: 't', the text's length,
+    /// the text.
+    fn column(text: &[u8]) -> Vec<u8> {
+        let mut out = vec![b't'];
+        out.extend_from_slice(&(text.len() as u32).to_be_bytes());
+        out.extend_from_slice(text);
+        out
+    }
+
+    #[test]
+    fn finds_whole_payloads_and_their_aggregates() {
+        let text = payload(1_733_000_000_000_000, 100_000_003, 198);
+        let mut stream = column(b"orders");
+        stream.extend(column(&text));
+        let found = next_payload(&stream).expect("a payload");
+        assert_eq!(&stream[found.clone()], &text[..]);
+        // orderId's last eight digits are g = 3; (198 + 3) % 200.
+        assert_eq!(payload_key(&stream[found]), 1);
+        // Cut anywhere inside, it is not found until it is whole.
+        for cut in 1..stream.len() {
+            assert!(next_payload(&stream[..cut]).is_none(), "cut at {cut}");
+        }
+    }
 }

@@ -90,6 +90,8 @@
 #   BENCH_FLOOR_S=30            seconds of each measured pass of the latency phase
 #   BENCH_FLOOR_LOADED=1        also the floor beside the source: the producer while the
 #                               writers write and pg_recvlogical streams (0 skips it)
+#   BENCH_FLOOR_THROUGH=1       also the floor through the source: the producer sending
+#                               what pg_recvlogical receives, as it arrives (0 skips it)
 #   BENCH_FORMATS=""            value formats to compare (json first: the ratios are
 #                               to json), e.g. "json avro json-schema"; "" skips it.
 #                               Only the formats: BENCH_FORMATS="json avro json-schema"

@@ -11,10 +11,15 @@
 #     loaded    the same producer while the writers write the same rows and
 #               pg_recvlogical streams them: the floor beside the source
 #               (BENCH_FLOOR_LOADED=0 skips it)
+#     through   the floor through the source: pg_recvlogical streams the
+#               writers' rows into the same producer, which sends each
+#               payload as it arrives (bench_produce --through-source): the
+#               source's hand-over and the producer alone in series, record
+#               by record (BENCH_FLOOR_THROUGH=0 skips it)
 #     receipt   pg_recvlogical on its own slot: write -> the walsender's bytes
 #               arriving, the source's share
-#   The same consumer (bench_consume --ts-field t) times head, base and floor
-#   from the payload's writer clock.
+#   The same consumer (bench_consume --ts-field t) times head, base and the
+#   floors from the payload's writer clock.
 #
 # Needs bench.sh's helpers (write_events, start_consumer, wait_consumer,
 # stop_relay, put) and scripts/lib/ab.sh's $ab_base_bin and outboxd_toml.
@@ -134,6 +139,41 @@ floor_phase() { # rate
       kill "$loaded_reader" 2>/dev/null || true
       wait "$loaded_reader" 2>/dev/null || true
       floor_drop_slot "$db" lat_loaded
+    fi
+
+    # The floor through the source: PostgreSQL's hand-over to a replication
+    # client and then the producer alone, in series for each record, on the
+    # same loaded cores. A pgoutput relay cannot beat it; the other two
+    # floors leave out the hand-over (0.4-1.1 ms at p50 here, the receipt
+    # column), which is in series with everything a relay does.
+    if [[ ${BENCH_FLOOR_THROUGH:-1} == 1 ]]; then
+      run=lat-through-$txn
+      local ready=$out/lat/$run.producer-ready status=$out/lat/$run.producer-status through_pid
+      rm -f "$ready" "$status"
+      servers_psql "$db" -c "SELECT pg_create_logical_replication_slot('lat_through', 'pgoutput')" >/dev/null
+      start_consumer lat "$run" "$n" "$run"
+      # The producer's own status, not the pipeline's: pg_recvlogical ends
+      # killed.
+      pg_recvlogical -d "$PG_URL_BASE/$db" -S lat_through --start --no-loop -f - \
+        -o proto_version=1 -o publication_names=outboxd 2>>"$out/lat/$run.log" | {
+        "$bin/examples/bench_produce" --through-source --ready-file "$ready" "$KAFKA_BROKERS" "$run" "$n" \
+          2>>"$out/lat/$run.log"
+        echo $? >"$status"
+      } &
+      through_pid=$!
+      for _ in $(seq 1 300); do
+        [[ -e $ready ]] && break
+        sleep 0.1
+      done
+      [[ -e $ready ]] || failures+=("$run: bench_produce did not connect")
+      write_events lat "$db" "$run-writers" "$txn" "$count" "$rate"
+      wait_consumer lat "$run"
+      # The producer exits at its count; pg_recvlogical streams on until told.
+      pkill -f "pg_recvlogical.*-S lat_through" 2>/dev/null || true
+      wait "$through_pid" 2>/dev/null || true
+      [[ $(cat "$status" 2>/dev/null) == 0 ]] ||
+        failures+=("$run: bench_produce --through-source failed ($(tail -n1 "$out/lat/$run.log"))")
+      floor_drop_slot "$db" lat_through
     fi
 
     run=lat-receipt-$txn
