@@ -11,6 +11,7 @@ pub(super) fn refresh(health: &Health) {
     metrics::gauge!(CONNECTED, "side" => "kafka").set(flag(health.kafka_connected()));
     metrics::gauge!(STANDBY).set(flag(health.standby().is_some()));
     metrics::gauge!(STALL_SECONDS).set(health.stall().as_secs_f64());
+    metrics::gauge!(DELIVERY_LAG_SECONDS).set(health.delivery_lag().as_secs_f64());
     if let Some(slot) = &health.debezium_name {
         debezium(health, slot);
     }

@@ -437,6 +437,18 @@ impl Health {
         (last != NEVER).then(|| self.now_ms().saturating_sub(last))
     }
 
+    /// How far the relay is behind its writers: the commit-to-ack of the
+    /// last acknowledged event while anything is pending. Zero when idle (a
+    /// relay that caught up is not behind, however late its last event
+    /// was) and while standing by. A relay that stops acknowledging keeps
+    /// its last figure; the stall gauge covers that case.
+    pub(crate) fn delivery_lag(&self) -> Duration {
+        if self.lock_standby().is_some() || !self.pending() {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(self.behind_ms().unwrap_or(0) as u64)
+    }
+
     /// Commit-to-ack of the last acknowledged event, `None` before the first.
     pub(crate) fn behind_ms(&self) -> Option<i64> {
         let v = self.behind_ms.load(Relaxed);
@@ -489,6 +501,30 @@ mod tests {
         h.set_server_lsn(None);
         h.progress_at(10_000, 0, Lsn(400));
         assert_eq!(h.stall_at(20_000), Duration::ZERO);
+    }
+
+    #[test]
+    fn delivery_lag_is_the_last_acks_while_pending_and_zero_when_idle() {
+        let h = health();
+        assert_eq!(h.delivery_lag(), Duration::ZERO, "nothing acknowledged yet");
+        // A minute behind: the backlog's events are acknowledged 60 s after
+        // their commits while more waits.
+        h.progress_at(1_000, 40, Lsn(100));
+        h.acked(60_000);
+        assert_eq!(h.delivery_lag(), Duration::from_secs(60));
+        // Unread WAL alone is pending too.
+        h.progress_at(2_000, 0, Lsn(200));
+        h.set_server_lsn(Some(Lsn(900)));
+        assert_eq!(h.delivery_lag(), Duration::from_secs(60));
+        // Caught up: the last event's lateness no longer says anything.
+        h.progress_at(3_000, 0, Lsn(900));
+        assert_eq!(h.delivery_lag(), Duration::ZERO);
+        // New events, acknowledged promptly.
+        h.progress_at(4_000, 3, Lsn(900));
+        h.acked(12);
+        assert_eq!(h.delivery_lag(), Duration::from_millis(12));
+        h.stand_by(Some(123));
+        assert_eq!(h.delivery_lag(), Duration::ZERO, "standing by");
     }
 
     #[test]

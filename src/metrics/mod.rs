@@ -212,6 +212,11 @@ fn describe() {
         Unit::Seconds,
         "Wait of the oldest acknowledged position not yet confirmed to PostgreSQL (0: none waits)"
     );
+    describe_gauge!(
+        DELIVERY_LAG_SECONDS,
+        Unit::Seconds,
+        "Commit to Kafka acknowledgement of the last acknowledged event while events are pending (0: idle)"
+    );
     describe_histogram!(
         TABLE_WATCH_LOOK_SECONDS,
         Unit::Seconds,

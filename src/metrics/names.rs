@@ -59,6 +59,9 @@ pub(crate) const STALL_SECONDS: &str = "outboxd_stall_seconds";
 /// exactly-once committed) has waited for the slot to be confirmed past
 /// it; 0 when nothing waits (gauge). What a `kill -9` would repeat.
 pub(crate) const CONFIRMATION_LAG_SECONDS: &str = "outboxd_confirmation_lag_seconds";
+/// How long after its commit the last acknowledged event was acknowledged,
+/// while anything is pending; 0 when idle.
+pub(crate) const DELIVERY_LAG_SECONDS: &str = "outboxd_delivery_lag_seconds";
 /// Seconds one look of the table watch took: one statement, a reconnect
 /// included when it needed one (histogram).
 pub(crate) const TABLE_WATCH_LOOK_SECONDS: &str = "outboxd_table_watch_look_seconds";

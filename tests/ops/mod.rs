@@ -7,6 +7,7 @@
 mod bench;
 pub(crate) mod check;
 mod cli;
+mod delivery_lag;
 mod env_overrides;
 mod helm;
 mod image;

@@ -42,7 +42,7 @@ use crate::harness::relay::{Env, Relay};
 use crate::harness::wait::{last_lines, wait_for};
 
 /// The alerts `docker/prometheus/alerts.yml` must define.
-const ALERTS: [&str; 12] = [
+const ALERTS: [&str; 13] = [
     "OutboxdDown",
     "OutboxdStalled",
     "OutboxdSlotLagHigh",
@@ -53,6 +53,7 @@ const ALERTS: [&str; 12] = [
     "OutboxdDeadLetters",
     "OutboxdHalted",
     "OutboxdConfirmationLagging",
+    "OutboxdDeliveryLagging",
     "OutboxdLedgerStalled",
     "OutboxdTransactionsAborted",
 ];

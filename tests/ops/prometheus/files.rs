@@ -154,6 +154,7 @@ fn dashboard_is_a_grafana_dashboard_over_the_relay_metrics() {
         "rate(outboxd_reconnects_total",
         "outboxd_stall_seconds",
         "outboxd_confirmation_lag_seconds",
+        "outboxd_delivery_lag_seconds",
         "histogram_quantile(0.99, sum by (instance, le) (rate(outboxd_table_watch_look_seconds_bucket",
         "outboxd_connected",
         "outboxd_events_dead_lettered_total",
