@@ -110,27 +110,7 @@ fn main() {
         for g in 1..=args.txn.min(args.count - sent) {
             let key = ((agg + g) % AGGREGATES).to_string();
             let payload = payload(t, sent, agg);
-            let id = sent.to_string();
-            let headers = [("id", Some(id.as_bytes()))];
-            loop {
-                match sink.send(
-                    sent,
-                    &args.topic,
-                    Some(key.as_bytes()),
-                    Some(&payload),
-                    &headers,
-                    None,
-                ) {
-                    Ok(()) => break,
-                    Err(outboxd::sink::SendError::QueueFull) => {
-                        acked += take_report(&runtime, &mut sink);
-                    }
-                    Err(e) => {
-                        eprintln!("bench_produce: {e}");
-                        std::process::exit(1);
-                    }
-                }
-            }
+            acked += send(&runtime, &mut sink, sent, &args.topic, &key, &payload);
             sent += 1;
         }
     }
@@ -184,27 +164,7 @@ fn forward_stdin(
             };
             let (start, end) = (used + found.start, used + found.end);
             let key = payload_key(&buffer[start..end]).to_string();
-            let id = sent.to_string();
-            let headers = [("id", Some(id.as_bytes()))];
-            loop {
-                match sink.send(
-                    sent,
-                    topic,
-                    Some(key.as_bytes()),
-                    Some(&buffer[start..end]),
-                    &headers,
-                    None,
-                ) {
-                    Ok(()) => break,
-                    Err(outboxd::sink::SendError::QueueFull) => {
-                        acked += take_report(runtime, sink);
-                    }
-                    Err(e) => {
-                        eprintln!("bench_produce: {e}");
-                        std::process::exit(1);
-                    }
-                }
-            }
+            acked += send(runtime, sink, sent, topic, &key, &buffer[start..end]);
             sent += 1;
             used = end;
         }
@@ -259,6 +219,39 @@ fn payload_key(payload: &[u8]) -> u64 {
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Sends record `n` (header `id` = n, which the consumer counts by),
+/// taking delivery reports while the producer's queue is full. Returns how
+/// many reports it took; exits 1 on a refused record.
+fn send(
+    runtime: &tokio::runtime::Runtime,
+    sink: &mut KafkaSink,
+    n: u64,
+    topic: &str,
+    key: &str,
+    payload: &[u8],
+) -> u64 {
+    let id = n.to_string();
+    let headers = [("id", Some(id.as_bytes()))];
+    let mut reports = 0;
+    loop {
+        match sink.send(
+            n,
+            topic,
+            Some(key.as_bytes()),
+            Some(payload),
+            &headers,
+            None,
+        ) {
+            Ok(()) => return reports,
+            Err(outboxd::sink::SendError::QueueFull) => reports += take_report(runtime, sink),
+            Err(e) => {
+                eprintln!("bench_produce: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
 }
 
 /// The writers' `random(...)` without a dependency.

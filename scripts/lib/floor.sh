@@ -74,6 +74,14 @@ floor_relay_pass() { # head|base db txn count rate run
   servers_psql "$db" -c "SELECT pg_drop_replication_slot('$slot')" >/dev/null
 }
 
+# pg_recvlogical streaming slot SLOT of DB (pgoutput, the relays'
+# publication) into FILE ("-": stdout), until killed (by name: run in the
+# background it is a subshell's child, which `kill $!` would miss).
+floor_recvlogical() { # db slot file
+  pg_recvlogical -d "$PG_URL_BASE/$1" -S "$2" --start --no-loop -f "$3" \
+    -o proto_version=1 -o publication_names=outboxd
+}
+
 # Drops a slot its pg_recvlogical just left: the walsender may not have
 # released it yet, so once more a second later.
 floor_drop_slot() { # db slot
@@ -126,8 +134,7 @@ floor_phase() { # rate
     if [[ ${BENCH_FLOOR_LOADED:-1} == 1 ]]; then
       run=lat-loaded-$txn
       servers_psql "$db" -c "SELECT pg_create_logical_replication_slot('lat_loaded', 'pgoutput')" >/dev/null
-      pg_recvlogical -d "$PG_URL_BASE/$db" -S lat_loaded --start --no-loop -f /dev/null \
-        -o proto_version=1 -o publication_names=outboxd 2>>"$out/lat/$run.log" &
+      floor_recvlogical "$db" lat_loaded /dev/null 2>>"$out/lat/$run.log" &
       local loaded_reader=$! producer_pid
       start_consumer lat "$run" "$n" "$run"
       "$bin/examples/bench_produce" --rate "$rate" --txn "$txn" "$KAFKA_BROKERS" "$run" "$n" \
@@ -136,7 +143,8 @@ floor_phase() { # rate
       write_events lat "$db" "$run-writers" "$txn" "$count" "$rate"
       wait "$producer_pid" || failures+=("$run: bench_produce failed")
       wait_consumer lat "$run"
-      kill "$loaded_reader" 2>/dev/null || true
+      # By name: the job is the subshell that runs floor_recvlogical.
+      pkill -f "pg_recvlogical.*-S lat_loaded" 2>/dev/null || true
       wait "$loaded_reader" 2>/dev/null || true
       floor_drop_slot "$db" lat_loaded
     fi
@@ -154,8 +162,7 @@ floor_phase() { # rate
       start_consumer lat "$run" "$n" "$run"
       # The producer's own status, not the pipeline's: pg_recvlogical ends
       # killed.
-      pg_recvlogical -d "$PG_URL_BASE/$db" -S lat_through --start --no-loop -f - \
-        -o proto_version=1 -o publication_names=outboxd 2>>"$out/lat/$run.log" | {
+      floor_recvlogical "$db" lat_through - 2>>"$out/lat/$run.log" | {
         "$bin/examples/bench_produce" --through-source --ready-file "$ready" "$KAFKA_BROKERS" "$run" "$n" \
           2>>"$out/lat/$run.log"
         echo $? >"$status"
@@ -179,8 +186,7 @@ floor_phase() { # rate
     run=lat-receipt-$txn
     servers_psql "$db" -c "SELECT pg_create_logical_replication_slot('lat_receipt', 'pgoutput')" >/dev/null
     local reader_pid
-    pg_recvlogical -d "$PG_URL_BASE/$db" -S lat_receipt --start --no-loop -f - \
-      -o proto_version=1 -o publication_names=outboxd 2>>"$out/lat/$run.log" |
+    floor_recvlogical "$db" lat_receipt - 2>>"$out/lat/$run.log" |
       python3 "$root/scripts/lib/receipt_latency.py" "$n" >"$out/lat/$run.json" 2>>"$out/lat/$run.log" &
     reader_pid=$!
     sleep 1

@@ -7,23 +7,14 @@
 
 use std::time::{Duration, Instant};
 
+use super::prometheus::emit;
 use crate::harness::http::{free_port, get, Scrape};
 use crate::harness::kafka::shared;
 use crate::harness::relay::{env, Relay};
+use crate::harness::wait::wait_for;
 
 const LAG: &str = "outboxd_delivery_lag_seconds";
 const PUBLISHED: &str = "outboxd_events_published_total";
-
-/// One transaction of `n` events through `outbox_emit()`.
-fn emit(e: &crate::harness::relay::Env, n: usize) {
-    e.pg.psql(
-        "app",
-        &format!(
-            "SELECT outbox_emit('opslag', (i % 7)::text, 'opslag.happened', jsonb_build_object('i', i)) \
-             FROM generate_series(1, {n}) i"
-        ),
-    );
-}
 
 #[test]
 fn the_delivery_lag_shows_a_backlog_falls_once_caught_up_and_is_zero_when_idle() {
@@ -39,12 +30,14 @@ fn the_delivery_lag_shows_a_backlog_falls_once_caught_up_and_is_zero_when_idle()
     // A backlog in the slot (env made it), at least `AGE` old when the
     // relay starts: every one of its acknowledgements comes that late.
     const AGE: Duration = Duration::from_secs(4);
-    for _ in 0..40 {
-        emit(&e, 50);
-    }
+    emit(&e.pg, "opslag", 40, 50);
     let backlog = 2_000.0;
     std::thread::sleep(AGE);
     let relay = Relay::start(&e);
+    // The endpoint is up before the stream opens.
+    wait_for("the metrics endpoint", Duration::from_secs(30), || {
+        get(port, "/metrics").is_some()
+    });
 
     // Then a writer at a trickle, one event per poll, until 2 s after the
     // backlog went out: something stays pending while the backlog is worked
@@ -63,13 +56,8 @@ fn the_delivery_lag_shows_a_backlog_falls_once_caught_up_and_is_zero_when_idle()
         );
         let trickling = backlog_out.is_none_or(|t| t.elapsed() < Duration::from_secs(2));
         if trickling {
-            emit(&e, 1);
+            emit(&e.pg, "opslag", 1, 1);
             trickled += 1.0;
-        }
-        if get(port, "/metrics").is_none() {
-            // Not serving yet.
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
         }
         let scrape = Scrape::take(port);
         let lag = scrape.value(LAG, "");

@@ -254,7 +254,7 @@ fn run_compose_init_script(pg: &PgCluster, password: &str) {
 
 /// Commits `txns` transactions of `per_txn` events through `outbox_emit()`
 /// (insert and delete: only the insert is relayed), aggregate type `kind`.
-fn emit(pg: &PgCluster, kind: &str, txns: usize, per_txn: usize) {
+pub(super) fn emit(pg: &PgCluster, kind: &str, txns: usize, per_txn: usize) {
     for t in 0..txns {
         pg.psql(
             "app",
